@@ -1,0 +1,163 @@
+/* Internal contract between coll.c (public entry points, transport choice, fatal hook) and the
+ * transports (coll_single.c, coll_shm.c, coll_mpi.c). Not included by rank code. */
+#ifndef NM_COLL_IMPL_H
+#define NM_COLL_IMPL_H
+
+#include "coll.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "base.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define coll_cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define coll_cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define coll_cpu_relax() ((void)0)
+#endif
+
+/* A transport: one table per kind, filled with designated initializers. The public functions
+ * in coll.c check arguments and handle n == 0, so a slot never sees a zero-length call except
+ * barrier and send/recv of 0 bytes. */
+struct coll_ops {
+    const char *name; /* printed at start-up, returned by coll_transport_name */
+    /* out[i] = sum over ranks in rank order of in_r[i] widened to f32; in is f32, or bf16 when
+     * in_bf16. For f32, in == out is allowed. */
+    void (*allreduce_sum)(struct coll *c, const void *in, bool in_bf16, float *out, size_t n);
+    /* bytes[size] per rank, total their sum (> 0); out packed in rank order; in may be this
+     * rank's place in out. */
+    void (*allgatherv)(struct coll *c, const void *in, const size_t *bytes, size_t total,
+                       void *out);
+    void (*bcast)(struct coll *c, void *buf, size_t bytes, int root); /* bytes > 0 */
+    void (*barrier)(struct coll *c);
+    void (*send)(struct coll *c, const void *buf, size_t bytes, int peer, int tag);
+    void (*recv)(struct coll *c, void *buf, size_t bytes, int peer, int tag);
+    /* optional (NULL: nothing): called from the fatal hook before MPI_Abort, to tell peers that
+     * this rank is stopping the job; must only do async-signal-safe-ish stores */
+    void (*abort_notify)(struct coll *c);
+    /* collective: release transport state (c->impl); coll.c frees c itself */
+    void (*free)(struct coll *c);
+};
+
+struct coll {
+    const struct coll_ops *ops;
+    int rank;           /* 0 .. size-1 */
+    int size;           /* ranks in the job */
+    int node;           /* NUMA node this rank ran on at init, -1 if unknown */
+    double timeout_s;   /* see coll_set_timeout */
+    size_t *counts;     /* [size] scratch: coll_allgather's equal counts */
+    void *impl;         /* transport state */
+    bool uses_mpi;      /* holds a reference on MPI (see coll_mpi_ref/unref) */
+    char detail[192];   /* transport facts for the start-up line (placement, thresholds) */
+};
+
+/* Segment p's [lo, hi) when n elements are split over R ranks for a reduce-scatter: equal
+ * parts rounded up to whole 64-byte lines of f32, so the last parts may be short or empty.
+ * The same on every rank. */
+enum { COLL_SEG_ALIGN = 16 };
+static inline void coll_segment(size_t n, int R, int p, size_t *lo, size_t *hi) {
+    size_t per = (n + (size_t)R - 1) / (size_t)R;
+    per = (per + COLL_SEG_ALIGN - 1) / COLL_SEG_ALIGN * COLL_SEG_ALIGN;
+    *lo = (size_t)p * per < n ? (size_t)p * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+/* The largest segment coll_segment makes. */
+static inline size_t coll_segment_max(size_t n, int R) {
+    size_t per = (n + (size_t)R - 1) / (size_t)R;
+    return (per + COLL_SEG_ALIGN - 1) / COLL_SEG_ALIGN * COLL_SEG_ALIGN;
+}
+
+/* NUMA placement (coll_numa.c; without libnuma these report "unknown" and do nothing). */
+int coll_numa_node_self(void); /* node of the CPU this thread runs on, -1 if unknown */
+/* Prefer node for the pages of [addr, addr+len) (page aligned), shared mappings included;
+ * returns false (errno set) on failure. */
+bool coll_numa_prefer(void *addr, size_t len, int node);
+/* Fraction of the resident pages of [addr, addr+len) that are on node (sampled), -1 if
+ * unknown. */
+double coll_numa_fraction_on(const void *addr, size_t len, int node);
+
+extern const struct coll_ops coll_single_ops;
+
+/* Transport constructors. Each fills c->ops and c->impl. The shm one returns false (having
+ * logged why, on every rank, with the same decision on every rank) when the segment cannot be
+ * set up, so the caller may fall back to mpi. */
+void coll_single_init(struct coll *c);
+#ifdef NM_HAVE_MPI
+bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool quiet);
+void coll_mpi_init(struct coll *c);
+/* MPI_COMM_WORLD facts for coll.c, which does not include mpi.h */
+void coll_mpi_ref(void);   /* MPI_Init_thread unless initialized; counts instances */
+void coll_mpi_unref(void); /* MPI_Finalize with the last instance, if coll_mpi_ref inited it */
+int coll_mpi_world_rank(void);
+int coll_mpi_world_size(void);
+bool coll_mpi_one_host(void); /* all ranks share one host (MPI_COMM_TYPE_SHARED) */
+_Noreturn void coll_mpi_abort(int code);
+bool coll_mpi_active(void); /* initialized and not finalized */
+#endif
+
+/* Sum in rank order: out[i] = ((src[0][i] + src[1][i]) + ...) over nsrc sources of n elements,
+ * f32 or bf16 (widened exactly). out may be identical to any source (same element index),
+ * no other overlap. */
+void coll_reduce_sum(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+/* The plain-C twin of coll_reduce_sum, one element at a time: the test oracle. */
+void coll_reduce_sum_ref(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+
+/* Waiting. A wait spins with a pause first (the peer is usually microseconds away), then
+ * yields the CPU (ranks may be oversubscribed: 4 ranks on 2 cores in tests), then sleeps with a
+ * growing interval (a rank that waits for seconds is loading or stuck, not racing). check()
+ * returns true every ~2 ms once past the spin phase: time to look at liveness and the timeout. */
+struct coll_backoff {
+    uint64_t t_start;    /* ns, first wait */
+    uint64_t t_progress; /* ns, last progress (timeouts count from here) */
+    uint64_t t_check;    /* ns, next check due */
+    uint32_t spins;      /* pause iterations so far */
+    uint32_t sleep_ns;   /* current sleep, grows to COLL_SLEEP_MAX_NS */
+};
+enum {
+    COLL_SPIN_ITERS = 2000,            /* ~50-100 us of pause before the first yield */
+    COLL_YIELD_NS = 20 * 1000 * 1000,  /* yield (not sleep) for the first 20 ms */
+    COLL_CHECK_NS = 2 * 1000 * 1000,   /* liveness and timeout checks every 2 ms */
+    COLL_SLEEP_MAX_NS = 1000 * 1000,   /* sleeps grow up to 1 ms */
+};
+static inline void coll_backoff_init(struct coll_backoff *b) {
+    b->t_start = 0;
+    b->t_progress = 0;
+    b->t_check = 0;
+    b->spins = 0;
+    b->sleep_ns = 0;
+}
+void coll_backoff_slow(struct coll_backoff *b);
+/* One wait iteration. */
+static inline void coll_backoff_pause(struct coll_backoff *b) {
+    if (b->spins < COLL_SPIN_ITERS) {
+        b->spins++;
+        coll_cpu_relax();
+        return;
+    }
+    coll_backoff_slow(b);
+}
+/* True when a liveness/timeout check is due (never during the spin phase). */
+static inline bool coll_backoff_check(struct coll_backoff *b) {
+    if (b->spins < COLL_SPIN_ITERS) return false;
+    uint64_t now = nm_time_ns();
+    if (now < b->t_check) return false;
+    b->t_check = now + COLL_CHECK_NS;
+    return true;
+}
+/* Seconds since the last progress (or the start of the wait). */
+static inline double coll_backoff_stalled_s(const struct coll_backoff *b) {
+    return (double)(nm_time_ns() - b->t_progress) * 1e-9;
+}
+/* Something completed: restart the timeout clock (the spin phase is not restarted). */
+static inline void coll_backoff_progress(struct coll_backoff *b) { b->t_progress = nm_time_ns(); }
+
+/* Parse a positive number from the environment; returns def when unset, fatal when malformed
+ * (naming the variable, the value and what is allowed). */
+double coll_env_double(const char *name, double def, double min, double max);
+
+#endif

@@ -1,0 +1,95 @@
+/* Logging, fatal errors and allocation shared by every module (see base.h). */
+#include "base.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static char g_origin[64] = "r0";
+static void (*g_fatal_hook)(int code);
+int nm_log_level = 1;
+
+void nm_log_set_origin(const char *origin) { snprintf(g_origin, sizeof g_origin, "%s", origin); }
+const char *nm_log_origin(void) { return g_origin; }
+void nm_fatal_set_hook(void (*hook)(int code)) { g_fatal_hook = hook; }
+const char *nm_strerror_errno(void) { return strerror(errno); }
+
+static void vlog(FILE *f, const char *tag, const char *fmt, va_list ap) {
+    char line[4096];
+    vsnprintf(line, sizeof line, fmt, ap);
+    fprintf(f, "[%s] %s%s\n", g_origin, tag, line);
+    fflush(f);
+}
+
+#define NM_DEFINE_LOG(name, level, tag)                                                     \
+    void name(const char *fmt, ...) {                                                       \
+        if (nm_log_level < (level)) return;                                                 \
+        va_list ap;                                                                         \
+        va_start(ap, fmt);                                                                  \
+        vlog(stderr, tag, fmt, ap);                                                         \
+        va_end(ap);                                                                         \
+    }
+NM_DEFINE_LOG(nm_log_info, 1, "")
+NM_DEFINE_LOG(nm_log_debug, 2, "debug: ")
+NM_DEFINE_LOG(nm_log_warn, 0, "warning: ")
+NM_DEFINE_LOG(nm_log_error, 0, "error: ")
+
+_Noreturn void nm_fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(stderr, "fatal: ", fmt, ap);
+    va_end(ap);
+    if (g_fatal_hook) g_fatal_hook(1);
+    exit(1);
+}
+
+_Noreturn void nm_bug(const char *file, int line, const char *expr) {
+    fprintf(stderr, "[%s] bug: %s:%d: assertion failed: %s\n", g_origin, file, line, expr);
+    fflush(stderr);
+    if (g_fatal_hook) g_fatal_hook(134);
+    abort();
+}
+
+void *nm_alloc(size_t bytes, size_t align, const char *what) {
+    if (align < sizeof(void *)) align = sizeof(void *);
+    size_t rounded = (bytes + align - 1) / align * align;
+    if (rounded == 0) rounded = align;
+    void *p = aligned_alloc(align, rounded);
+    if (!p) nm_fatal("out of memory allocating %zu bytes for %s", bytes, what);
+    memset(p, 0, rounded);
+    return p;
+}
+
+void nm_free(void *p) { free(p); }
+
+uint64_t nm_time_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const char *nm_status_str(enum nm_status s) {
+    switch (s) {
+    case NM_OK: return "ok";
+    case NM_ERR_IO: return "i/o error";
+    case NM_ERR_FORMAT: return "malformed file";
+    case NM_ERR_UNSUPPORTED: return "unsupported";
+    case NM_ERR_NOT_FOUND: return "not found";
+    case NM_ERR_MISMATCH: return "mismatch";
+    case NM_ERR_ARGS: return "bad arguments";
+    case NM_ERR_NOMEM: return "out of memory";
+    }
+    return "unknown status";
+}
+
+enum nm_status nm_errf(char *err, size_t errlen, enum nm_status status, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}

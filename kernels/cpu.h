@@ -1,0 +1,51 @@
+/* The ISA path of this process, chosen once at start-up from CPUID (and, for AMX, the OS's
+ * permission), and the table of kernel entry points for it. Every fast kernel in the table has
+ * a _ref twin in quant.h/ops.h that is the fallback and the test oracle. */
+#ifndef NM_CPU_H
+#define NM_CPU_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+struct cpu_features {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+    bool avx512dq;      /* added: the avx512 files are built with -mavx512dq */
+    bool os_avx512;     /* added: XCR0 says the OS saves the zmm/opmask state */
+    bool amx_tile, amx_int8, amx_bf16; /* CPUID bits only; OS permission is separate */
+};
+
+/* Kernel table for one ISA path. Slots never NULL once kern_isa_get() returned. */
+struct kern_isa {
+    const char *name; /* "avx512" or "ref" */
+    /* y[i] = dot(row i of w, act) for one weight row; see vec_dot_ref. Indexed by dtype. */
+    float (*vec_dot[DTYPE_COUNT])(int64_t n, const void *w_row, const void *act_row);
+    /* quantize_act_q8x_ref twin */
+    void (*quantize_act_q8x)(const float *x, block_q8x *y, int64_t n);
+    /* Added. A block of dot products: y[c * ldy + r] = vec_dot(n, weight row r, act row c) for
+     * r < nr and c < nc; weight rows lie w_stride bytes apart, activation rows (q8x or f32, as
+     * for vec_dot) act_stride bytes apart. Fast kernels keep a tile of weight rows x activation
+     * rows in registers, so each weight byte loaded serves several activation rows (prefill)
+     * and each activation load serves several weight rows (decode, nc = 1). Indexed by dtype. */
+    void (*gemm[DTYPE_COUNT])(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
+                              size_t act_stride, int nc, float *y, int64_t ldy);
+};
+
+/* CPUID, read once. */
+const struct cpu_features *cpu_features_get(void);
+
+/* The kernel table. The first call chooses the path: "avx512" when AVX512F+BW+VL+VNNI are
+ * present, else "ref"; NM_ISA=ref in the environment forces the reference path. The choice is
+ * logged once, with the reason when the fast path is declined. */
+const struct kern_isa *kern_isa_get(void);
+
+/* Reference table (always available; tests compare the others with it). */
+const struct kern_isa *kern_isa_ref(void);
+
+/* Added. The table of the named path ("avx512", "ref") if this CPU can run it, else NULL with
+ * the reason in *why (when why is not NULL). Ignores NM_ISA; for tests and benchmarks. */
+const struct kern_isa *kern_isa_find(const char *name, const char **why);
+
+#endif

@@ -1,0 +1,87 @@
+/* Forward-pass operations other than matmul (see ops.h). */
+#include "ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "base.h"
+
+void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
+}
+
+void op_rope_cache(float *cos_sin, int64_t pos, int64_t n_rot, float base, float freq_scale,
+                   const float *freq_factors) {
+    for (int64_t i = 0; i < n_rot / 2; i++) {
+        double theta = (double)pos * freq_scale * pow((double)base, -2.0 * (double)i / (double)n_rot);
+        if (freq_factors) theta /= freq_factors[i];
+        cos_sin[2 * i] = (float)cos(theta);
+        cos_sin[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+void op_rope(float *x, const float *cos_sin, int64_t n_rot, int neox) {
+    const int64_t half = n_rot / 2;
+    for (int64_t i = 0; i < half; i++) {
+        const int64_t i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+        const float c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
+        const float a = x[i0], b = x[i1];
+        x[i0] = a * c - b * s;
+        x[i1] = a * s + b * c;
+    }
+}
+
+void op_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void op_add(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static inline float kv_load(const void *row, int64_t i, enum dtype t) {
+    return t == DTYPE_F16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type) {
+    if (kv_type == DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    }
+    NM_ASSERT(kv_type == DTYPE_F16);
+    uint16_t *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
+}
+
+void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
+                       int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
+                       int64_t head_dim_v, float scale, float *scratch) {
+    const size_t esize = kv_type == DTYPE_F16 ? 2 : 4;
+    float max = -INFINITY;
+    for (int64_t t = 0; t < n_kv; t++) {
+        const void *kt = (const uint8_t *)k + (size_t)(t * k_stride) * esize;
+        float s = 0.0f;
+        for (int64_t i = 0; i < head_dim; i++) s += q[i] * kv_load(kt, i, kv_type);
+        s *= scale;
+        scratch[t] = s;
+        if (s > max) max = s;
+    }
+    double sum = 0.0;
+    for (int64_t t = 0; t < n_kv; t++) {
+        scratch[t] = expf(scratch[t] - max);
+        sum += scratch[t];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < head_dim_v; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < n_kv; t++) {
+        const float p = scratch[t] * inv;
+        const void *vt = (const uint8_t *)v + (size_t)(t * v_stride) * esize;
+        for (int64_t i = 0; i < head_dim_v; i++) out[i] += p * kv_load(vt, i, kv_type);
+    }
+}

@@ -1,0 +1,41 @@
+/* Element-wise and attention operations of the forward pass, plain C. These are both the
+ * reference and, for now, the only implementation: they are a small share of a step next to
+ * the matmuls. Each has a contract that the reference implementation in tests/reference
+ * mirrors in float64. */
+#ifndef NM_OPS_H
+#define NM_OPS_H
+
+#include <stdint.h>
+
+#include "types.h"
+
+/* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i]; y may equal x. */
+void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* RoPE on one head vector x[head_dim] at position pos; only the first n_rot values rotate.
+ * cos_sin holds n_rot/2 (cos, sin) pairs for this position (op_rope_cache). neox selects the
+ * pairing: (x[i], x[i+n_rot/2]) if set, (x[2i], x[2i+1]) otherwise. */
+void op_rope(float *x, const float *cos_sin, int64_t n_rot, int neox);
+
+/* cos_sin[2i], cos_sin[2i+1] = cos, sin of theta_i = pos * freq_scale * base^(-2i/n_rot) /
+ * freq_factors[i] (freq_factors may be NULL), for i < n_rot/2. Computed in double. */
+void op_rope_cache(float *cos_sin, int64_t pos, int64_t n_rot, float base, float freq_scale,
+                   const float *freq_factors);
+
+/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may equal gate. */
+void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
+
+/* x[i] += y[i] */
+void op_add(float *x, const float *y, int64_t n);
+
+/* Attention of one query head over positions [0, n_kv): scores = q . k_t * scale, softmax,
+ * out = sum_t p_t v_t. Row t of k starts k_stride elements after row t-1 (v: v_stride); both
+ * of type kv_type (F32 or F16). scratch holds n_kv floats. */
+void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
+                       int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
+                       int64_t head_dim_v, float scale, float *scratch);
+
+/* Store n floats into a KV row of type F32 or F16. */
+void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type);
+
+#endif

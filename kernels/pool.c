@@ -1,0 +1,147 @@
+/* Worker pool (see pool.h). Workers wait on a generation counter: pool_run stores the job and
+ * bumps the counter (release); each worker that sees a new generation (acquire) runs the job
+ * and decrements `pending`; the caller runs its own share as worker 0 and then waits until
+ * `pending` reaches zero. Workers spin briefly before sleeping on the condition variable, so
+ * the back-to-back jobs of a decode step (hundreds per token) do not pay a futex wake-up each,
+ * while an idle pool costs no CPU. */
+#define _GNU_SOURCE
+#include "pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+
+#define POOL_SPIN_ITERS 200000
+
+struct worker {
+    struct pool *pool;
+    int ith;
+    int cpu; /* -1: unbound */
+};
+
+struct pool {
+    int n;
+    pthread_t *threads;
+    struct worker *workers;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;
+    atomic_uint generation; /* bumped by pool_run after fn/ctx are stored */
+    atomic_int pending;     /* workers (other than the caller) still running the job */
+    atomic_bool stop;
+    pool_fn fn;
+    void *ctx;
+};
+
+static bool bind_to_cpu(pthread_t t, int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(t, sizeof set, &set) == 0;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *arg) {
+    struct worker *w = arg;
+    struct pool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned gen;
+        int spins = 0;
+        while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
+            if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+            if (++spins < POOL_SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
+                   !atomic_load_explicit(&p->stop, memory_order_acquire))
+                pthread_cond_wait(&p->cv_work, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+            spins = 0;
+        }
+        seen = gen;
+        p->fn(p->ctx, w->ith, p->n);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+    }
+}
+
+struct pool *pool_init(int n_threads, const int *cpus) {
+    NM_ASSERT(n_threads >= 1);
+    struct pool *p = calloc(1, sizeof *p);
+    NM_ASSERT(p);
+    p->n = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv_work, NULL);
+    p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+    p->workers = calloc((size_t)n_threads, sizeof *p->workers);
+    NM_ASSERT(p->threads && p->workers);
+    bool bind_failed = false;
+    if (cpus && !bind_to_cpu(pthread_self(), cpus[0])) bind_failed = true;
+    for (int i = 1; i < n_threads; i++) {
+        p->workers[i] = (struct worker){.pool = p, .ith = i, .cpu = cpus ? cpus[i] : -1};
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]) != 0)
+            nm_fatal("pthread_create failed for worker %d of %d (lower -t)", i, n_threads);
+        if (cpus && !bind_to_cpu(p->threads[i], cpus[i])) bind_failed = true;
+    }
+    if (bind_failed) nm_log_warn("could not bind pool threads to their cores; running unbound");
+    return p;
+}
+
+void pool_free(struct pool *p) {
+    if (!p) return;
+    atomic_store_explicit(&p->stop, true, memory_order_release);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv_work);
+    free(p->threads);
+    free(p->workers);
+    free(p);
+}
+
+int pool_size(const struct pool *p) { return p->n; }
+
+void pool_run(struct pool *p, pool_fn fn, void *ctx) {
+    if (p->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    /* Publish fn/ctx/pending, then wake sleepers. Taking the mutex orders the bump with a
+     * worker that is between its check and pthread_cond_wait. */
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->cv_work);
+    pthread_mutex_unlock(&p->mu);
+    fn(ctx, 0, p->n);
+    int spins = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+        if (++spins < POOL_SPIN_ITERS) cpu_relax();
+        else sched_yield();
+    }
+}
+
+void pool_split(long n, long align, int ith, int nth, long *lo, long *hi) {
+    if (align < 1) align = 1;
+    long units = (n + align - 1) / align;
+    long per = units / nth, rem = units % nth;
+    long u0 = ith * per + (ith < rem ? ith : rem);
+    long u1 = u0 + per + (ith < rem ? 1 : 0);
+    *lo = NM_MIN(u0 * align, n);
+    *hi = NM_MIN(u1 * align, n);
+}

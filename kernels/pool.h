@@ -1,0 +1,25 @@
+/* A fixed pool of worker threads, each bound to one core, that runs one parallel job at a time.
+ * The calling thread is worker 0, so a pool of 1 thread runs jobs inline with no locking. */
+#ifndef NM_POOL_H
+#define NM_POOL_H
+
+struct pool;
+
+/* Job body: called once on every worker with its index ith in [0, nth). */
+typedef void (*pool_fn)(void *ctx, int ith, int nth);
+
+/* Start n_threads - 1 workers (the caller is worker 0). cpus, when not NULL, lists n_threads
+ * logical CPU ids: worker i is bound to cpus[i] (the caller is bound too). A failed binding is
+ * logged once as a warning and the pool runs unbound. */
+struct pool *pool_init(int n_threads, const int *cpus);
+void pool_free(struct pool *p);
+int pool_size(const struct pool *p);
+
+/* Run fn on every worker and return when all have finished. Not reentrant. */
+void pool_run(struct pool *p, pool_fn fn, void *ctx);
+
+/* Split [0, n) into nth nearly equal ranges, rounded to multiples of `align` (except the end);
+ * worker ith gets [*lo, *hi). */
+void pool_split(long n, long align, int ith, int nth, long *lo, long *hi);
+
+#endif

@@ -1,0 +1,18 @@
+/* Private interface of the AVX-512 kernels (AVX512F/BW/VL/DQ + VNNI): the function that fills
+ * the avx512 kernel table. Safe to include from files built without AVX-512 flags; only call it
+ * after CPUID said the path can run (cpu.c does). */
+#ifndef NM_X86_AVX512_H
+#define NM_X86_AVX512_H
+
+#include "../cpu.h"
+
+/* Overwrite the slots of t that have an AVX-512 kernel (t starts as a copy of the ref table). */
+void kern_isa_avx512_fill(struct kern_isa *t);
+
+/* Per-family fillers, one per source file. */
+void avx512_fill_q(struct kern_isa *t);     /* q4_0, q4_1, q8_0: dot_q.c */
+void avx512_fill_k(struct kern_isa *t);     /* q4_k, q5_k, q6_k: dot_k.c */
+void avx512_fill_f(struct kern_isa *t);     /* f32, f16, bf16:   dot_f.c */
+void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x: act.c */
+
+#endif

@@ -1,0 +1,34 @@
+/* Helpers shared by the numallm subcommands: flag values parsed with messages that name the
+ * flag, the value and what is allowed; the CPUs this process may run on; the default model. */
+#ifndef NM_CLI_H
+#define NM_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+
+/* Each returns false after printing "error: ..." to stderr. */
+bool cli_int(const char *flag, const char *value, long long min, long long max, long long *out);
+bool cli_float(const char *flag, const char *value, double min, double max, double *out);
+/* The value after argv[*i] (advancing *i), or NULL after an error naming the flag. */
+const char *cli_value(int argc, char **argv, int *i);
+/* Parse "1,2,3" into ids (malloc'ed). */
+bool cli_int_list(const char *flag, const char *value, int32_t **out, int *n);
+
+/* CPUs in this process's affinity mask (as mpirun or taskset bound it), in order. Returns the
+ * count; *cpus is malloc'ed. */
+int cli_allowed_cpus(int **cpus);
+/* A pool of n threads bound to the first n allowed CPUs (n <= 0: one per allowed CPU). */
+struct pool *cli_pool(int n_threads);
+
+/* Path of the default synthetic model in the cache directory ($NUMALLM_CACHE, else
+ * $XDG_CACHE_HOME/numallm, else ~/.cache/numallm), created with mkmodel when missing. Returns
+ * false after printing an error. */
+bool cli_default_model(char *path, size_t len, struct pool *pool);
+
+int cmd_run(int argc, char **argv);
+int cmd_mkmodel(int argc, char **argv);
+
+#endif

@@ -1,0 +1,36 @@
+/* numallm: the command users type. Dispatches to one subcommand per file (cmd_*.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cmd_tokenize.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "numallm: GGUF language models on multi-socket CPU servers\n"
+            "\n"
+            "usage: numallm COMMAND [options]   (numallm COMMAND --help for its options)\n"
+            "\n"
+            "commands:\n"
+            "  run        generate text or tokens from a prompt (the default model needs no download)\n"
+            "  mkmodel    write a synthetic GGUF model with a real model's shapes\n"
+            "  tokenize   print the token ids and pieces of a text\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "mkmodel") == 0) return cmd_mkmodel(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 1;
+}

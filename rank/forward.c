@@ -1,0 +1,261 @@
+/* The forward pass (see forward.h), written to be read top to bottom: engine_eval -> eval_chunk
+ * -> attention block and FFN block per layer -> output head. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "ops.h"
+
+struct engine {
+    const struct model *m;
+    struct pool *pool;
+    struct kv_cache kv;
+    int n_batch;
+    int64_t n_past;
+    engine_layer_hook hook;
+    void *hook_ctx;
+
+    /* Scratch for one chunk of up to n_batch tokens (rows). */
+    float *x;        /* [n_batch][n_embd] residual stream */
+    float *xn;       /* [n_batch][n_embd] normalized input of a block */
+    float *q;        /* [n_batch][n_head * head_dim] */
+    float *k;        /* [n_batch][n_head_kv * head_dim] */
+    float *v;        /* [n_batch][n_head_kv * head_dim_v] */
+    float *att;      /* [n_batch][n_head * head_dim_v] attention output before attn_output */
+    float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down */
+    float *gate;     /* [n_batch][n_ff] */
+    float *up;       /* [n_batch][n_ff] */
+    float *rope;     /* [n_batch][n_rot] cos/sin pairs per token */
+    float *scores;   /* [n_threads][n_ctx] attention probabilities */
+    block_q8x *q8;   /* quantized activations, largest input of any matmul */
+};
+
+static float *alloc_f32(int64_t n, const char *what) { return nm_alloc((size_t)n * sizeof(float), 64, what); }
+
+enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool,
+                           const struct engine_params *p, char *err, size_t errlen) {
+    const struct model_config *c = &m->cfg;
+    *out = NULL;
+    int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
+    if (n_ctx < 1 || n_ctx > (int64_t)1 << 24)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "context size %lld; allowed are 1..16777216", (long long)n_ctx);
+    if (p->n_batch < 1)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "batch size %d; it must be >= 1", p->n_batch);
+    struct engine *e = calloc(1, sizeof *e);
+    NM_ASSERT(e);
+    e->m = m;
+    e->pool = pool;
+    e->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
+    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, c->n_layer, n_ctx, c->n_head_kv * c->head_dim,
+                                      c->n_head_kv * c->head_dim_v, err, errlen);
+    if (st) {
+        free(e);
+        return st;
+    }
+    const int64_t B = e->n_batch;
+    e->x = alloc_f32(B * c->n_embd, "x");
+    e->xn = alloc_f32(B * c->n_embd, "xn");
+    e->q = alloc_f32(B * c->n_head * c->head_dim, "q");
+    e->k = alloc_f32(B * c->n_head_kv * c->head_dim, "k");
+    e->v = alloc_f32(B * c->n_head_kv * c->head_dim_v, "v");
+    e->att = alloc_f32(B * c->n_head * c->head_dim_v, "att");
+    e->proj = alloc_f32(B * c->n_embd, "proj");
+    e->gate = alloc_f32(B * c->n_ff, "gate");
+    e->up = alloc_f32(B * c->n_ff, "up");
+    e->rope = alloc_f32(B * c->n_rot, "rope");
+    e->scores = alloc_f32((int64_t)pool_size(pool) * n_ctx, "attention scores");
+    int64_t k_max = NM_MAX(NM_MAX(c->n_embd, c->n_ff), c->n_head * c->head_dim_v);
+    e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
+    nm_log_info("KV cache: %lld tokens x %lld layers, %s, %.1f MiB", (long long)n_ctx, (long long)c->n_layer,
+                p->kv_type == DTYPE_F16 ? "f16" : "f32", (double)e->kv.bytes / (1 << 20));
+    *out = e;
+    return NM_OK;
+}
+
+void engine_free(struct engine *e) {
+    if (!e) return;
+    kv_cache_free(&e->kv);
+    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores};
+    for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) nm_free(bufs[i]);
+    nm_free(e->q8);
+    free(e);
+}
+
+int64_t engine_n_past(const struct engine *e) { return e->n_past; }
+int64_t engine_n_ctx(const struct engine *e) { return e->kv.n_ctx; }
+const struct kv_cache *engine_kv(const struct engine *e) { return &e->kv; }
+void engine_truncate(struct engine *e, int64_t n_past) {
+    NM_ASSERT(n_past >= 0 && n_past <= e->n_past);
+    e->n_past = n_past;
+}
+void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) {
+    e->hook = hook;
+    e->hook_ctx = ctx;
+}
+
+/* y = W x for a chunk: the input is wrapped so that its int8 quantization is made once. */
+static void matmul(struct engine *e, const struct weight *w, struct act *in, float *y) {
+    kern_matmul(e->pool, w, in, y, w->n);
+}
+
+static struct act act_of(struct engine *e, const float *x, int n, int64_t k) {
+    return (struct act){.m = n, .k = k, .f32 = x, .q8 = e->q8, .q8_ready = false};
+}
+
+static void add_bias(float *y, const float *b, int n, int64_t dim) {
+    if (!b) return;
+    for (int i = 0; i < n; i++) op_add(y + (int64_t)i * dim, b, dim);
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+struct attn_job {
+    struct engine *e;
+    int layer;
+    int n;        /* tokens in the chunk */
+    int64_t pos0; /* position of the first */
+};
+
+/* One (token, head) pair per work item: token i attends to positions 0 .. pos0+i. */
+static void attn_worker(void *ctx, int ith, int nth) {
+    const struct attn_job *j = ctx;
+    struct engine *e = j->e;
+    const struct model_config *c = &e->m->cfg;
+    const int64_t group = c->n_head / c->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    float *scratch = e->scores + (int64_t)ith * e->kv.n_ctx;
+    long lo, hi;
+    pool_split((long)j->n * c->n_head, 1, ith, nth, &lo, &hi);
+    for (long item = lo; item < hi; item++) {
+        const int i = (int)(item / c->n_head);
+        const int64_t h = item % c->n_head, hk = h / group;
+        const float *q = e->q + (int64_t)i * c->n_head * c->head_dim + h * c->head_dim;
+        float *out = e->att + (int64_t)i * c->n_head * c->head_dim_v + h * c->head_dim_v;
+        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) +
+                         (size_t)(hk * c->head_dim) * (e->kv.type == DTYPE_F16 ? 2 : 4);
+        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) +
+                         (size_t)(hk * c->head_dim_v) * (e->kv.type == DTYPE_F16 ? 2 : 4);
+        op_attention_head(out, q, k0, v0, e->kv.type, j->pos0 + i + 1, e->kv.k_row, e->kv.v_row, c->head_dim,
+                          c->head_dim_v, scale, scratch);
+    }
+}
+
+/* x += attn_output(attention(rope(q), rope(k), v)) for the chunk; xn holds attn_norm(x). */
+static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
+    const struct model_config *c = &e->m->cfg;
+    const struct layer_weights *L = &e->m->layers[il];
+    const int64_t qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim, vd = c->n_head_kv * c->head_dim_v;
+
+    struct act in = act_of(e, e->xn, n, c->n_embd);
+    matmul(e, &L->wq, &in, e->q);
+    matmul(e, &L->wk, &in, e->k);
+    matmul(e, &L->wv, &in, e->v);
+    add_bias(e->q, L->bq, n, qd);
+    add_bias(e->k, L->bk, n, kd);
+    add_bias(e->v, L->bv, n, vd);
+
+    for (int i = 0; i < n; i++) {
+        float *q = e->q + i * qd, *k = e->k + i * kd;
+        const float *cs = e->rope + (int64_t)i * c->n_rot;
+        const int neox = c->rope_type == ROPE_TYPE_NEOX;
+        for (int64_t h = 0; h < c->n_head; h++) {
+            if (L->q_norm) op_rmsnorm(q + h * c->head_dim, q + h * c->head_dim, L->q_norm, c->head_dim, c->rms_eps);
+            op_rope(q + h * c->head_dim, cs, c->n_rot, neox);
+        }
+        for (int64_t h = 0; h < c->n_head_kv; h++) {
+            if (L->k_norm) op_rmsnorm(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
+            op_rope(k + h * c->head_dim, cs, c->n_rot, neox);
+        }
+        op_store_kv(kv_k(&e->kv, il, pos0 + i), k, kd, e->kv.type);
+        op_store_kv(kv_v(&e->kv, il, pos0 + i), e->v + i * vd, vd, e->kv.type);
+    }
+
+    struct attn_job job = {.e = e, .layer = il, .n = n, .pos0 = pos0};
+    pool_run(e->pool, attn_worker, &job);
+
+    struct act att = act_of(e, e->att, n, c->n_head * c->head_dim_v);
+    matmul(e, &L->wo, &att, e->proj);
+    add_bias(e->proj, L->bo, n, c->n_embd);
+    op_add(e->x, e->proj, (int64_t)n * c->n_embd);
+}
+
+/* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). */
+static void ffn_block(struct engine *e, int il, int n) {
+    const struct model_config *c = &e->m->cfg;
+    const struct layer_weights *L = &e->m->layers[il];
+    struct act in = act_of(e, e->xn, n, c->n_embd);
+    matmul(e, &L->w_gate, &in, e->gate);
+    matmul(e, &L->w_up, &in, e->up);
+    op_swiglu(e->gate, e->gate, e->up, (int64_t)n * c->n_ff);
+    struct act hid = act_of(e, e->gate, n, c->n_ff);
+    matmul(e, &L->w_down, &hid, e->proj);
+    op_add(e->x, e->proj, (int64_t)n * c->n_embd);
+}
+
+static void norm_rows(float *y, const float *x, const float *w, int n, int64_t dim, float eps) {
+    for (int i = 0; i < n; i++) op_rmsnorm(y + i * dim, x + i * dim, w, dim, eps);
+}
+
+static void hook(struct engine *e, int layer, int64_t pos0, const float *x, int n) {
+    if (e->hook) e->hook(e->hook_ctx, layer, pos0, x, n, e->m->cfg.n_embd);
+}
+
+/* One chunk of n <= n_batch tokens at positions pos0 .. pos0+n-1. The output head runs when
+ * logits is not NULL: on every row when logits_all, else on the last. */
+static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t pos0, bool logits_all, float *logits) {
+    const struct model *m = e->m;
+    const struct model_config *c = &m->cfg;
+    const int64_t E = c->n_embd;
+
+    for (int i = 0; i < n; i++) {
+        model_embed_row(m, tokens[i], e->x + i * E);
+        op_rope_cache(e->rope + (int64_t)i * c->n_rot, pos0 + i, c->n_rot, c->rope_freq_base, c->rope_freq_scale,
+                      m->rope_freqs);
+    }
+    hook(e, -1, pos0, e->x, n);
+
+    for (int il = 0; il < c->n_layer; il++) {
+        const struct layer_weights *L = &m->layers[il];
+        norm_rows(e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
+        attention_block(e, il, n, pos0);
+        norm_rows(e->xn, e->x, L->ffn_norm, n, E, c->rms_eps);
+        ffn_block(e, il, n);
+        hook(e, il, pos0, e->x, n);
+    }
+
+    if (!logits && !e->hook) return;
+    norm_rows(e->xn, e->x, m->output_norm, n, E, c->rms_eps);
+    hook(e, c->n_layer, pos0, e->xn, n);
+    if (!logits) return;
+    const int first = logits_all ? 0 : n - 1, rows = n - first;
+    struct act out = act_of(e, e->xn + (int64_t)first * E, rows, E);
+    matmul(e, &m->output, &out, logits);
+    add_bias(logits, m->output_bias, rows, c->n_vocab);
+}
+
+enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
+                           char *err, size_t errlen) {
+    const struct model_config *c = &e->m->cfg;
+    if (n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "no tokens to evaluate");
+    if (e->n_past + n > e->kv.n_ctx)
+        return nm_errf(err, errlen, NM_ERR_ARGS,
+                       "%lld tokens at position %lld do not fit in the context of %lld tokens (raise -c)", (long long)n,
+                       (long long)e->n_past, (long long)e->kv.n_ctx);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
+            return nm_errf(err, errlen, NM_ERR_ARGS, "token id %d at index %d is outside the vocabulary 0..%lld",
+                           tokens[i], i, (long long)c->n_vocab - 1);
+    for (int done = 0; done < n;) {
+        const int chunk = NM_MIN(e->n_batch, n - done);
+        const bool last = done + chunk == n;
+        /* Only the final chunk produces logits unless every position's are wanted. */
+        float *dst = logits_all ? logits + (int64_t)done * c->n_vocab : last ? logits : NULL;
+        eval_chunk(e, tokens + done, chunk, e->n_past, logits_all, dst);
+        e->n_past += chunk;
+        done += chunk;
+    }
+    return NM_OK;
+}

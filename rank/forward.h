@@ -1,0 +1,45 @@
+/* The forward pass of one rank: a chunk of tokens in, logits out, the KV cache appended.
+ * Prompts run as matrices in chunks of n_batch tokens; decode is the same path with one token. */
+#ifndef NM_FORWARD_H
+#define NM_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv_cache.h"
+#include "model.h"
+#include "pool.h"
+
+struct engine_params {
+    int64_t n_ctx;       /* tokens the KV cache holds; 0 = the model's training context */
+    int n_batch;         /* most tokens per forward chunk (matrix rows); > 0 */
+    enum dtype kv_type;  /* DTYPE_F16 or DTYPE_F32 */
+};
+
+/* Called after each layer of a chunk with the residual stream x[n_tokens][n_embd]:
+ * layer -1 after the embedding lookup, 0..n_layer-1 after each block, n_layer after the final
+ * norm (result_norm). pos0 is the position of the chunk's first token. */
+typedef void (*engine_layer_hook)(void *ctx, int layer, int64_t pos0, const float *x, int n_tokens, int64_t n_embd);
+
+struct engine;
+
+/* Allocate the KV cache and scratch for the model. The model and pool are borrowed and must
+ * outlive the engine. */
+enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool,
+                           const struct engine_params *p, char *err, size_t errlen);
+void engine_free(struct engine *e);
+
+/* Evaluate n tokens at positions n_past .. n_past+n-1, then n_past += n. logits receives
+ * [n][n_vocab] when logits_all, else [1][n_vocab] for the last token. Fails with NM_ERR_ARGS
+ * (no state change) when the tokens do not fit in the context or an id is out of range. */
+enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
+                           char *err, size_t errlen);
+
+int64_t engine_n_past(const struct engine *e);
+int64_t engine_n_ctx(const struct engine *e);
+const struct kv_cache *engine_kv(const struct engine *e);
+/* Forget positions >= n_past (n_past <= current): used to rewind, or 0 to reset. */
+void engine_truncate(struct engine *e, int64_t n_past);
+void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx);
+
+#endif

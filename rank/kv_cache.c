@@ -1,0 +1,43 @@
+/* KV cache allocation (see kv_cache.h). */
+#include "kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+
+enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_layer, int64_t n_ctx, int64_t k_row,
+                             int64_t v_row, char *err, size_t errlen) {
+    memset(kv, 0, sizeof *kv);
+    NM_ASSERT(type == DTYPE_F16 || type == DTYPE_F32);
+    const uint64_t es = type == DTYPE_F16 ? 2 : 4;
+    uint64_t kb, vb, per_layer = (uint64_t)n_ctx * es;
+    if (nm_mul_overflow_u64(per_layer * (uint64_t)n_layer, (uint64_t)k_row, &kb) ||
+        nm_mul_overflow_u64(per_layer * (uint64_t)n_layer, (uint64_t)v_row, &vb))
+        return nm_errf(err, errlen, NM_ERR_NOMEM, "KV cache size overflows for n_ctx %lld", (long long)n_ctx);
+    kv->k = aligned_alloc(64, (kb + 63) / 64 * 64);
+    kv->v = aligned_alloc(64, (vb + 63) / 64 * 64);
+    if (!kv->k || !kv->v) {
+        free(kv->k);
+        free(kv->v);
+        kv->k = kv->v = NULL;
+        return nm_errf(err, errlen, NM_ERR_NOMEM,
+                       "cannot allocate the KV cache: %.1f MiB for n_ctx %lld (lower -c, or use the default F16 cache)",
+                       (double)(kb + vb) / (1 << 20), (long long)n_ctx);
+    }
+    memset(kv->k, 0, kb);
+    memset(kv->v, 0, vb);
+    kv->type = type;
+    kv->n_ctx = n_ctx;
+    kv->n_layer = n_layer;
+    kv->k_row = k_row;
+    kv->v_row = v_row;
+    kv->bytes = kb + vb;
+    return NM_OK;
+}
+
+void kv_cache_free(struct kv_cache *kv) {
+    free(kv->k);
+    free(kv->v);
+    memset(kv, 0, sizeof *kv);
+}

@@ -1,0 +1,35 @@
+/* The one KV cache of a rank (DESIGN lesson 5): allocated once at start-up from the model's
+ * dimensions and the requested context, never grown or copied by a request. Layout per layer:
+ * K as [n_ctx][n_head_kv * head_dim], V as [n_ctx][n_head_kv * head_dim_v], F16 or F32. */
+#ifndef NM_KV_CACHE_H
+#define NM_KV_CACHE_H
+
+#include <stdint.h>
+
+#include "types.h"
+
+struct kv_cache {
+    enum dtype type;      /* DTYPE_F16 (default) or DTYPE_F32 */
+    int64_t n_ctx;
+    int64_t n_layer;
+    int64_t k_row;        /* elements per position in K: n_head_kv * head_dim */
+    int64_t v_row;        /* elements per position in V: n_head_kv * head_dim_v */
+    uint8_t *k, *v;       /* all layers, contiguous */
+    uint64_t bytes;       /* K and V together */
+};
+
+/* Allocate (zero-filled). Returns NM_ERR_NOMEM with a message naming the size on failure. */
+enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_layer, int64_t n_ctx, int64_t k_row,
+                             int64_t v_row, char *err, size_t errlen);
+void kv_cache_free(struct kv_cache *kv);
+
+static inline void *kv_k(const struct kv_cache *kv, int64_t layer, int64_t pos) {
+    const size_t es = kv->type == DTYPE_F16 ? 2 : 4;
+    return kv->k + ((size_t)(layer * kv->n_ctx + pos) * (size_t)kv->k_row) * es;
+}
+static inline void *kv_v(const struct kv_cache *kv, int64_t layer, int64_t pos) {
+    const size_t es = kv->type == DTYPE_F16 ? 2 : 4;
+    return kv->v + ((size_t)(layer * kv->n_ctx + pos) * (size_t)kv->v_row) * es;
+}
+
+#endif

@@ -1,0 +1,388 @@
+/* Model configuration from GGUF metadata and tensor binding (see model.h). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant.h"
+
+const char *arch_name(enum arch a) {
+    switch (a) {
+    case ARCH_LLAMA: return "llama";
+    case ARCH_QWEN2: return "qwen2";
+    case ARCH_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+/* ---- configuration --------------------------------------------------------------------- */
+
+struct cfg_reader {
+    const struct gguf_file *f;
+    const char *arch;
+    char *err;
+    size_t errlen;
+};
+
+static void arch_key(const struct cfg_reader *r, const char *suffix, char *key, size_t len) {
+    snprintf(key, len, "%s.%s", r->arch, suffix);
+}
+
+/* An integer key that may also be stored as a per-layer array (head_count, feed_forward_length);
+ * per-layer arrays must hold one value, since numallm runs uniform layers. */
+static enum nm_status get_uniform_int(const struct cfg_reader *r, const char *suffix, int64_t *out) {
+    char key[128];
+    arch_key(r, suffix, key, sizeof key);
+    const struct gguf_kv *kv = gguf_find_kv(r->f, key);
+    if (!kv) return NM_ERR_NOT_FOUND;
+    if (kv->type != GGUF_TYPE_ARRAY) return gguf_get_int(r->f, key, out, r->err, r->errlen);
+    if (kv->n == 0 || kv->arr_type == GGUF_TYPE_STRING || kv->arr_type == GGUF_TYPE_FLOAT32 ||
+        kv->arr_type == GGUF_TYPE_FLOAT64 || kv->arr_type == GGUF_TYPE_BOOL)
+        return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is an array of %llu %s; expected integers",
+                       r->f->path, key, (unsigned long long)kv->n, gguf_type_name(kv->arr_type));
+    int64_t v0 = gguf_arr_int(kv, 0);
+    for (uint64_t i = 1; i < kv->n; i++)
+        if (gguf_arr_int(kv, i) != v0)
+            return nm_errf(r->err, r->errlen, NM_ERR_UNSUPPORTED,
+                           "%s: key %s differs between layers (%lld at layer 0, %lld at layer %llu); numallm "
+                           "supports uniform layers only",
+                           r->f->path, key, (long long)v0, (long long)gguf_arr_int(kv, i), (unsigned long long)i);
+    *out = v0;
+    return NM_OK;
+}
+
+static enum nm_status req_int(const struct cfg_reader *r, const char *suffix, int64_t min, int64_t *out) {
+    char key[128];
+    arch_key(r, suffix, key, sizeof key);
+    enum nm_status st = get_uniform_int(r, suffix, out);
+    if (st == NM_ERR_NOT_FOUND)
+        return nm_errf(r->err, r->errlen, NM_ERR_NOT_FOUND, "%s: missing required key %s", r->f->path, key);
+    if (st) return st;
+    if (*out < min || *out > (int64_t)1 << 31)
+        return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is %lld; allowed are %lld..%lld", r->f->path,
+                       key, (long long)*out, (long long)min, (long long)1 << 31);
+    return NM_OK;
+}
+
+static enum nm_status opt_int(const struct cfg_reader *r, const char *suffix, int64_t min, int64_t def,
+                              const char *def_why, int64_t *out) {
+    char key[128];
+    arch_key(r, suffix, key, sizeof key);
+    enum nm_status st = get_uniform_int(r, suffix, out);
+    if (st == NM_ERR_NOT_FOUND) {
+        nm_log_info("%s not set; using %lld (%s)", key, (long long)def, def_why);
+        *out = def;
+        return NM_OK;
+    }
+    if (st) return st;
+    if (*out < min || *out > (int64_t)1 << 31)
+        return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is %lld; allowed are %lld..%lld", r->f->path,
+                       key, (long long)*out, (long long)min, (long long)1 << 31);
+    return NM_OK;
+}
+
+static enum nm_status opt_float(const struct cfg_reader *r, const char *suffix, double def, double *out, bool *found) {
+    char key[128];
+    arch_key(r, suffix, key, sizeof key);
+    enum nm_status st = gguf_get_float(r->f, key, out, r->err, r->errlen);
+    if (found) *found = st == NM_OK;
+    if (st == NM_ERR_NOT_FOUND) {
+        *out = def;
+        return NM_OK;
+    }
+    if (st) return st;
+    if (!isfinite(*out))
+        return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is %g; it must be finite", r->f->path, key, *out);
+    return NM_OK;
+}
+
+enum nm_status model_config_read(const struct gguf_file *f, struct model_config *cfg, char *err, size_t errlen) {
+    memset(cfg, 0, sizeof *cfg);
+    struct gguf_str a;
+    enum nm_status st = gguf_get_str(f, "general.architecture", &a, err, errlen);
+    if (st == NM_ERR_NOT_FOUND)
+        return nm_errf(err, errlen, NM_ERR_NOT_FOUND, "%s: missing required key general.architecture", f->path);
+    if (st) return st;
+    char arch[32];
+    if (a.len >= sizeof arch || a.len == 0)
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: unknown architecture '%.*s'; supported: llama, qwen2, qwen3",
+                       f->path, (int)NM_MIN(a.len, 64), a.ptr);
+    memcpy(arch, a.ptr, a.len);
+    arch[a.len] = 0;
+    if (strcmp(arch, "llama") == 0) cfg->arch = ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0) cfg->arch = ARCH_QWEN2;
+    else if (strcmp(arch, "qwen3") == 0) cfg->arch = ARCH_QWEN3;
+    else
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: unknown architecture '%s'; supported: llama, qwen2, qwen3",
+                       f->path, arch);
+    cfg->rope_type = cfg->arch == ARCH_LLAMA ? ROPE_TYPE_NORM : ROPE_TYPE_NEOX;
+
+    struct cfg_reader r = {.f = f, .arch = arch, .err = err, .errlen = errlen};
+    if ((st = req_int(&r, "context_length", 1, &cfg->n_ctx_train))) return st;
+    if ((st = req_int(&r, "embedding_length", 1, &cfg->n_embd))) return st;
+    if ((st = req_int(&r, "block_count", 1, &cfg->n_layer))) return st;
+    if ((st = req_int(&r, "feed_forward_length", 1, &cfg->n_ff))) return st;
+    if ((st = req_int(&r, "attention.head_count", 1, &cfg->n_head))) return st;
+    if ((st = opt_int(&r, "attention.head_count_kv", 1, cfg->n_head, "no grouped-query attention", &cfg->n_head_kv)))
+        return st;
+    if (cfg->n_head % cfg->n_head_kv != 0)
+        return nm_errf(err, errlen, NM_ERR_FORMAT,
+                       "%s: %s.attention.head_count (%lld) is not a multiple of head_count_kv (%lld)", f->path, arch,
+                       (long long)cfg->n_head, (long long)cfg->n_head_kv);
+    char why[64];
+    snprintf(why, sizeof why, "n_embd/n_head = %lld/%lld", (long long)cfg->n_embd, (long long)cfg->n_head);
+    if ((st = opt_int(&r, "attention.key_length", 1, cfg->n_embd / cfg->n_head, why, &cfg->head_dim))) return st;
+    if ((st = opt_int(&r, "attention.value_length", 1, cfg->head_dim, "key_length", &cfg->head_dim_v))) return st;
+    if ((st = opt_int(&r, "rope.dimension_count", 2, cfg->head_dim, "head_dim", &cfg->n_rot))) return st;
+    if (cfg->n_rot > cfg->head_dim || cfg->n_rot % 2 != 0)
+        return nm_errf(err, errlen, NM_ERR_FORMAT,
+                       "%s: %s.rope.dimension_count is %lld; it must be even and at most head_dim (%lld)", f->path,
+                       arch, (long long)cfg->n_rot, (long long)cfg->head_dim);
+    if (cfg->arch == ARCH_LLAMA && cfg->n_rot != cfg->head_dim)
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: llama.rope.dimension_count is %lld; llama requires head_dim (%lld)",
+                       f->path, (long long)cfg->n_rot, (long long)cfg->head_dim);
+
+    double v;
+    bool found;
+    char key[128];
+    if ((st = opt_float(&r, "attention.layer_norm_rms_epsilon", 0, &v, &found))) return st;
+    if (!found) {
+        arch_key(&r, "attention.layer_norm_rms_epsilon", key, sizeof key);
+        return nm_errf(err, errlen, NM_ERR_NOT_FOUND, "%s: missing required key %s", f->path, key);
+    }
+    if (!(v > 0 && v < 1))
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: %s.attention.layer_norm_rms_epsilon is %g; allowed is (0, 1)",
+                       f->path, arch, v);
+    cfg->rms_eps = (float)v;
+    if ((st = opt_float(&r, "rope.freq_base", 10000.0, &v, &found))) return st;
+    if (!found) nm_log_info("%s.rope.freq_base not set; using 10000", arch);
+    if (!(v > 0))
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: %s.rope.freq_base is %g; it must be > 0", f->path, arch, v);
+    cfg->rope_freq_base = (float)v;
+
+    /* RoPE scaling: none or linear (yarn is not implemented: refuse rather than run wrong). */
+    cfg->rope_freq_scale = 1.0f;
+    struct gguf_str stype = {0};
+    arch_key(&r, "rope.scaling.type", key, sizeof key);
+    st = gguf_get_str(f, key, &stype, err, errlen);
+    if (st && st != NM_ERR_NOT_FOUND) return st;
+    bool linear = st == NM_ERR_NOT_FOUND || gguf_str_eq(stype, "linear");
+    if (st == NM_OK && !linear && !gguf_str_eq(stype, "none"))
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: %s is '%.*s'; supported are none and linear", f->path, key,
+                       (int)NM_MIN(stype.len, 64), stype.ptr);
+    if (linear) {
+        double factor;
+        if ((st = opt_float(&r, "rope.scaling.factor", 0.0, &factor, &found))) return st;
+        if (!found && (st = opt_float(&r, "rope.scale_linear", 0.0, &factor, &found))) return st;
+        if (found && factor != 0.0) {
+            if (!(factor > 0))
+                return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: %s.rope.scaling.factor is %g; it must be > 0", f->path,
+                               arch, factor);
+            cfg->rope_freq_scale = (float)(1.0 / factor);
+        }
+    }
+
+    /* Vocabulary size: {arch}.vocab_size, else the tokenizer's token list, else token_embd. */
+    int64_t nv;
+    arch_key(&r, "vocab_size", key, sizeof key);
+    st = gguf_get_int(f, key, &nv, err, errlen);
+    if (st && st != NM_ERR_NOT_FOUND) return st;
+    if (st == NM_ERR_NOT_FOUND) {
+        const struct gguf_kv *toks = gguf_find_kv(f, "tokenizer.ggml.tokens");
+        const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+        if (toks && toks->type == GGUF_TYPE_ARRAY) nv = (int64_t)toks->n;
+        else if (te && te->n_dims == 2) {
+            nv = te->ne[1];
+            nm_log_info("%s and tokenizer.ggml.tokens not set; n_vocab = %lld from token_embd.weight", key, (long long)nv);
+        } else
+            return nm_errf(err, errlen, NM_ERR_NOT_FOUND,
+                           "%s: cannot tell the vocabulary size: no %s, no tokenizer.ggml.tokens, no token_embd.weight",
+                           f->path, key);
+    }
+    if (nv < 1 || nv > (int64_t)1 << 31)
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: vocabulary size %lld; allowed are 1..2^31", f->path, (long long)nv);
+    cfg->n_vocab = nv;
+    return NM_OK;
+}
+
+/* ---- tensor binding --------------------------------------------------------------------- */
+
+struct binder {
+    struct model *m;
+    char *err;
+    size_t errlen;
+    int type_count[DTYPE_COUNT];
+};
+
+static const char *const k_supported_types = "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k";
+
+static enum nm_status find_tensor(struct binder *b, const char *name, bool required, const struct gguf_tensor **out) {
+    *out = gguf_find_tensor(b->m->file, name);
+    if (!*out && required)
+        return nm_errf(b->err, b->errlen, NM_ERR_NOT_FOUND, "%s: missing tensor %s", b->m->path, name);
+    if (*out && !dtype_get((*out)->type))
+        return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported types are %s",
+                       b->m->path, name, dtype_ggml_name((*out)->type), k_supported_types);
+    return NM_OK;
+}
+
+static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor *t, const char *expected) {
+    char got[96];
+    int n = snprintf(got, sizeof got, "{");
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        n += snprintf(got + n, sizeof got - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    snprintf(got + n, sizeof got - (size_t)n, "}");
+    return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s has shape %s; the configuration expects %s",
+                   b->m->path, t->name, got, expected);
+}
+
+/* A matmul weight {k, n}: y[n] = W x[k]. */
+static enum nm_status bind_matmul(struct binder *b, const char *name, int64_t k, int64_t n, bool required,
+                                  struct weight *w) {
+    const struct gguf_tensor *t;
+    enum nm_status st = find_tensor(b, name, required, &t);
+    if (st || !t) return st;
+    if (t->n_dims != 2 || t->ne[0] != k || t->ne[1] != n) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "{%lld, %lld}", (long long)k, (long long)n);
+        return shape_mismatch(b, t, exp);
+    }
+    *w = weight_rows((enum dtype)t->type, k, n, t->data);
+    b->m->weight_bytes += t->size;
+    b->m->n_params += (uint64_t)(k * n);
+    b->type_count[t->type]++;
+    return NM_OK;
+}
+
+/* A vector {n} used as f32 (norm weights, biases): borrowed from the file when it is F32,
+ * otherwise converted into an owned copy. */
+static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bool required, const float **out) {
+    const struct gguf_tensor *t;
+    *out = NULL;
+    enum nm_status st = find_tensor(b, name, required, &t);
+    if (st || !t) return st;
+    if (t->n_dims != 1 || t->ne[0] != n) {
+        char exp[32];
+        snprintf(exp, sizeof exp, "{%lld}", (long long)n);
+        return shape_mismatch(b, t, exp);
+    }
+    b->m->weight_bytes += t->size;
+    b->m->n_params += (uint64_t)n;
+    if (t->type == DTYPE_F32) {
+        *out = t->data;
+        return NM_OK;
+    }
+    float *copy = nm_alloc((size_t)n * sizeof(float), 64, name);
+    dequantize_row_ref((enum dtype)t->type, t->data, copy, n);
+    struct model *m = b->m;
+    m->owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *m->owned);
+    NM_ASSERT(m->owned);
+    m->owned[m->n_owned++] = copy;
+    *out = copy;
+    return NM_OK;
+}
+
+static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights *L) {
+    const struct model_config *c = &b->m->cfg;
+    const int64_t e = c->n_embd, q = c->n_head * c->head_dim, kv = c->n_head_kv * c->head_dim,
+                  vv = c->n_head_kv * c->head_dim_v, o = c->n_head * c->head_dim_v;
+    const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3;
+    char name[GGUF_MAX_NAME];
+    enum nm_status st;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    if ((st = bind_vec(b, NAME("attn_norm.weight"), e, true, &L->attn_norm))) return st;
+    if ((st = bind_matmul(b, NAME("attn_q.weight"), e, q, true, &L->wq))) return st;
+    if ((st = bind_matmul(b, NAME("attn_k.weight"), e, kv, true, &L->wk))) return st;
+    if ((st = bind_matmul(b, NAME("attn_v.weight"), e, vv, true, &L->wv))) return st;
+    if ((st = bind_matmul(b, NAME("attn_output.weight"), o, e, true, &L->wo))) return st;
+    if ((st = bind_vec(b, NAME("attn_q.bias"), q, qwen2, &L->bq))) return st;
+    if ((st = bind_vec(b, NAME("attn_k.bias"), kv, qwen2, &L->bk))) return st;
+    if ((st = bind_vec(b, NAME("attn_v.bias"), vv, qwen2, &L->bv))) return st;
+    if ((st = bind_vec(b, NAME("attn_output.bias"), e, false, &L->bo))) return st;
+    if ((st = bind_vec(b, NAME("attn_q_norm.weight"), c->head_dim, qwen3, &L->q_norm))) return st;
+    if ((st = bind_vec(b, NAME("attn_k_norm.weight"), c->head_dim, qwen3, &L->k_norm))) return st;
+    if ((st = bind_vec(b, NAME("ffn_norm.weight"), e, true, &L->ffn_norm))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_gate.weight"), e, c->n_ff, true, &L->w_gate))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_up.weight"), e, c->n_ff, true, &L->w_up))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_down.weight"), c->n_ff, e, true, &L->w_down))) return st;
+#undef NAME
+    if (!qwen3 && (L->q_norm || L->k_norm))
+        nm_log_warn("blk.%d has attn_q_norm/attn_k_norm, which %s does not use; ignored", il, arch_name(c->arch));
+    return NM_OK;
+}
+
+enum nm_status model_load_file(struct gguf_file *f, struct model **out, char *err, size_t errlen) {
+    *out = NULL;
+    struct model *m = calloc(1, sizeof *m);
+    NM_ASSERT(m);
+    m->file = f;
+    m->path = f->path;
+    struct binder b = {.m = m, .err = err, .errlen = errlen};
+    enum nm_status st = model_config_read(f, &m->cfg, err, errlen);
+    if (st) goto fail;
+    const struct model_config *c = &m->cfg;
+
+    if ((st = bind_matmul(&b, "token_embd.weight", c->n_embd, c->n_vocab, true, &m->tok_embd))) goto fail;
+    b.type_count[m->tok_embd.type]--; /* the embedding is a lookup table, not a matmul weight */
+    if ((st = bind_vec(&b, "output_norm.weight", c->n_embd, true, &m->output_norm))) goto fail;
+    if ((st = bind_matmul(&b, "output.weight", c->n_embd, c->n_vocab, false, &m->output))) goto fail;
+    if (m->output.layout == WEIGHT_LAYOUT_NONE) {
+        m->output = m->tok_embd;
+        m->output_tied = true;
+        nm_log_info("output.weight absent: output head tied to token_embd.weight");
+    }
+    if ((st = bind_vec(&b, "output.bias", c->n_vocab, false, &m->output_bias))) goto fail;
+    if ((st = bind_vec(&b, "rope_freqs.weight", c->n_rot / 2, false, &m->rope_freqs))) goto fail;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    NM_ASSERT(m->layers);
+    for (int il = 0; il < c->n_layer; il++)
+        if ((st = bind_layer(&b, il, &m->layers[il]))) goto fail;
+
+    int best = -1;
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (b.type_count[t] > 0 && (best < 0 || b.type_count[t] > b.type_count[best])) best = t;
+    m->cfg.weight_type = best < 0 ? DTYPE_F32 : (enum dtype)best;
+    *out = m;
+    return NM_OK;
+fail:
+    model_free(m);
+    return st;
+}
+
+enum nm_status model_load(const char *path, struct model **out, char *err, size_t errlen) {
+    struct gguf_file *f;
+    *out = NULL;
+    enum nm_status st = gguf_open(path, &f, err, errlen);
+    if (st) return st;
+    return model_load_file(f, out, err, errlen);
+}
+
+void model_free(struct model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_owned; i++) nm_free(m->owned[i]);
+    free(m->owned);
+    free(m->layers);
+    gguf_close(m->file);
+    free(m);
+}
+
+void model_describe(const struct model *m, char *buf, size_t len) {
+    double p = (double)m->n_params;
+    char size[32];
+    if (p >= 1e9) snprintf(size, sizeof size, "%.1fB", p / 1e9);
+    else snprintf(size, sizeof size, "%.0fM", p / 1e6);
+    const struct dtype_info *ti = dtype_get(m->cfg.weight_type);
+    char tname[16];
+    snprintf(tname, sizeof tname, "%s", ti ? ti->name : "?");
+    for (char *c = tname; *c; c++)
+        if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
+    snprintf(buf, len, "%s %s %s", arch_name(m->cfg.arch), size, tname);
+}
+
+void model_embed_row(const struct model *m, int32_t token, float *out) {
+    NM_ASSERT(token >= 0 && token < m->cfg.n_vocab);
+    const struct weight *w = &m->tok_embd;
+    dequantize_row_ref(w->type, (const uint8_t *)w->data + (size_t)token * w->row_bytes, out, w->k);
+}

@@ -1,0 +1,184 @@
+/* Sampling (see sampler.h). Candidates are (id, logit) pairs narrowed step by step; the
+ * random generator is splitmix64-seeded xoshiro256**, so a seed fixes the draws. */
+#include "sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+
+struct cand {
+    int32_t id;
+    float logit;
+    float p;
+};
+
+struct sampler {
+    struct sampler_params p;
+    int64_t n_vocab;
+    struct cand *cands;
+    int32_t *recent; /* ring of the last repeat_last_n tokens */
+    int n_recent, recent_pos;
+    uint64_t rng[4];
+};
+
+struct sampler_params sampler_default_params(void) {
+    return (struct sampler_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+                                   .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0x5eed};
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(uint64_t s[4]) {
+    const uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+
+struct sampler *sampler_init(const struct sampler_params *p, int64_t n_vocab) {
+    struct sampler *s = calloc(1, sizeof *s);
+    NM_ASSERT(s);
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
+    s->recent = calloc((size_t)NM_MAX(p->repeat_last_n, 1), sizeof *s->recent);
+    NM_ASSERT(s->cands && s->recent);
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    return s;
+}
+
+void sampler_free(struct sampler *s) {
+    if (!s) return;
+    free(s->cands);
+    free(s->recent);
+    free(s);
+}
+
+void sampler_accept(struct sampler *s, int32_t token) {
+    if (s->p.repeat_last_n <= 0) return;
+    s->recent[s->recent_pos] = token;
+    s->recent_pos = (s->recent_pos + 1) % s->p.repeat_last_n;
+    if (s->n_recent < s->p.repeat_last_n) s->n_recent++;
+}
+
+int32_t sampler_argmax(const float *logits, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return (int32_t)best;
+}
+
+static int cmp_cand_desc(const void *a, const void *b) {
+    const struct cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id - y->id;
+}
+
+/* Reorder c[0..n) so that its k best candidates (in cmp_cand_desc order) come first, by
+ * quickselect with median-of-three pivots. */
+static void select_top(struct cand *c, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (cmp_cand_desc(&c[mid], &c[lo]) < 0) { struct cand t = c[mid]; c[mid] = c[lo]; c[lo] = t; }
+        if (cmp_cand_desc(&c[hi], &c[lo]) < 0) { struct cand t = c[hi]; c[hi] = c[lo]; c[lo] = t; }
+        if (cmp_cand_desc(&c[hi], &c[mid]) < 0) { struct cand t = c[hi]; c[hi] = c[mid]; c[mid] = t; }
+        const struct cand pivot = c[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_cand_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                struct cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* Softmax of the first n candidates' logits into p (they are sorted, so [0] is the max). */
+static void softmax_cands(struct cand *c, int64_t n) {
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        c[i].p = expf(c[i].logit - c[0].logit);
+        sum += c[i].p;
+    }
+    for (int64_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits) {
+    const struct sampler_params *p = &s->p;
+    int64_t n = s->n_vocab;
+    for (int64_t i = 0; i < n; i++) s->cands[i] = (struct cand){.id = (int32_t)i, .logit = logits[i]};
+
+    /* Repetition penalty (as llama.cpp): divide positive logits, multiply negative ones. */
+    if (p->repeat_penalty != 1.0f) {
+        for (int r = 0; r < s->n_recent; r++) {
+            struct cand *c = &s->cands[s->recent[r]];
+            if (c->p != 0) continue; /* already penalized: p doubles as a visited mark here */
+            c->logit = c->logit > 0 ? c->logit / p->repeat_penalty : c->logit * p->repeat_penalty;
+            c->p = 1;
+        }
+    }
+    if (p->temp <= 0) {
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (s->cands[i].logit > s->cands[best].logit) best = i;
+        return s->cands[best].id;
+    }
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(s->cands, n, p->top_k); /* O(n): a full sort of 150k logits costs ~10 ms */
+        n = p->top_k;
+    }
+    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
+    softmax_cands(s->cands, n);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; i++) {
+            cum += s->cands[i].p;
+            if (cum >= p->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+        n = keep;
+    }
+    if (p->min_p > 0.0f) {
+        const float floor = s->cands[0].p * p->min_p;
+        int64_t keep = 1;
+        while (keep < n && s->cands[keep].p >= floor) keep++;
+        n = keep;
+    }
+    for (int64_t i = 0; i < n; i++) s->cands[i].logit /= p->temp;
+    softmax_cands(s->cands, n);
+    double r = rng_uniform(s->rng), cum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        cum += s->cands[i].p;
+        if (r < cum) return s->cands[i].id;
+    }
+    return s->cands[n - 1].id;
+}

@@ -1,0 +1,518 @@
+"""GGUF reader and dequantizer for numallm's independent reference implementation.
+
+This module is deliberately independent of the C engine and of gguf-py: it parses GGUF v2/v3
+files itself (shared/FORMATS.md, "GGUF v3 file layout") and dequantizes every weight type the
+engine supports, straight from the block formulas in FORMATS.md ("Quantized block layouts").
+
+Layout recap (all little-endian):
+    "GGUF" | uint32 version (2 or 3) | uint64 n_tensors | uint64 n_kv
+    n_kv x   { string key | int32 value_type | value }
+    n_tensors x { string name | uint32 n_dims | int64 ne[n_dims] | int32 ggml_type | uint64 offset }
+    zero padding to general.alignment (default 32) | data blob (tensor offsets are relative to it)
+    string = uint64 length + bytes (no NUL); array = int32 elem_type + uint64 n + elements.
+
+Public API:
+    GGUFFile(path)                  parse a file (raises GGUFError with a precise message)
+      .version, .kv (dict key -> value; arrays are Python lists), .kv_type (key -> (type, elem))
+      .alignment, .data_offset, .tensors (dict name -> TensorInfo, in file order)
+      .tensor_bytes(name)           the tensor's raw bytes as a read-only uint8 view of the mmap
+      .dequantize(name)             float64 array of shape reversed(ne), e.g. [ne1, ne0]
+      .dequantize_rows(name, rows)  float64 [len(rows), ne0] for a 2-D tensor (embedding lookup)
+    dequantize(ggml_type, raw, n)   float64 [n] from raw block bytes of one type
+
+Every dequantizer works on whole rows of blocks with vectorized numpy and returns float64. The
+fp16 fields are converted exactly (fp16 -> float64 is exact); products are then formed in
+float64, so the reference is at least as precise as ggml's float32 dequantizers.
+"""
+
+import struct
+import sys
+
+import numpy as np
+
+GGUF_MAGIC = b"GGUF"
+GGUF_DEFAULT_ALIGNMENT = 32
+GGUF_MAX_DIMS = 4
+
+
+class GGUFError(Exception):
+    """A malformed or unsupported GGUF file; the message names the field, value and offset."""
+
+
+# --- GGUF metadata value types (gguf_type) -------------------------------------------------------
+
+class GGUFValueType:
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
+# Fixed-size value types: numpy little-endian dtype of one element.
+GGUF_SCALAR_DTYPE = {
+    GGUFValueType.UINT8: np.dtype("<u1"),
+    GGUFValueType.INT8: np.dtype("<i1"),
+    GGUFValueType.UINT16: np.dtype("<u2"),
+    GGUFValueType.INT16: np.dtype("<i2"),
+    GGUFValueType.UINT32: np.dtype("<u4"),
+    GGUFValueType.INT32: np.dtype("<i4"),
+    GGUFValueType.FLOAT32: np.dtype("<f4"),
+    GGUFValueType.BOOL: np.dtype("<u1"),  # 1 byte; any non-zero byte reads as True
+    GGUFValueType.UINT64: np.dtype("<u8"),
+    GGUFValueType.INT64: np.dtype("<i8"),
+    GGUFValueType.FLOAT64: np.dtype("<f8"),
+}
+
+
+# --- ggml tensor types ---------------------------------------------------------------------------
+
+class GGMLType:
+    F32 = 0
+    F16 = 1
+    Q4_0 = 2
+    Q4_1 = 3
+    Q5_0 = 6
+    Q5_1 = 7
+    Q8_0 = 8
+    Q8_1 = 9
+    Q2_K = 10
+    Q3_K = 11
+    Q4_K = 12
+    Q5_K = 13
+    Q6_K = 14
+    Q8_K = 15
+    I8 = 24
+    I16 = 25
+    I32 = 26
+    I64 = 27
+    F64 = 28
+    BF16 = 30
+
+
+GGML_TYPE_NAME = {v: k for k, v in vars(GGMLType).items() if not k.startswith("_")}
+
+# (elements per block, bytes per block) for every type whose size is known here. A tensor of a
+# type not listed can be parsed (its info is kept) but not located or dequantized.
+GGML_BLOCK = {
+    GGMLType.F32: (1, 4),
+    GGMLType.F16: (1, 2),
+    GGMLType.Q4_0: (32, 18),
+    GGMLType.Q4_1: (32, 20),
+    GGMLType.Q5_0: (32, 22),
+    GGMLType.Q5_1: (32, 24),
+    GGMLType.Q8_0: (32, 34),
+    GGMLType.Q8_1: (32, 36),
+    GGMLType.Q2_K: (256, 84),
+    GGMLType.Q3_K: (256, 110),
+    GGMLType.Q4_K: (256, 144),
+    GGMLType.Q5_K: (256, 176),
+    GGMLType.Q6_K: (256, 210),
+    GGMLType.Q8_K: (256, 292),
+    GGMLType.I8: (1, 1),
+    GGMLType.I16: (1, 2),
+    GGMLType.I32: (1, 4),
+    GGMLType.I64: (1, 8),
+    GGMLType.F64: (1, 8),
+    GGMLType.BF16: (1, 2),
+}
+
+
+def ggml_type_name(t):
+    """Human-readable name of a ggml type id ('Q4_K'), or 'type<id>' when unknown."""
+    return GGML_TYPE_NAME.get(t, "type%d" % t)
+
+
+def align_up(x, a):
+    """Smallest multiple of a that is >= x."""
+    return (x + a - 1) // a * a
+
+
+# --- dequantizers --------------------------------------------------------------------------------
+# Each takes the raw bytes of n_blocks whole blocks as a uint8 array of shape [n_blocks, bytes]
+# and returns float64 [n_blocks, elements_per_block].
+
+def _f16_field(blocks, off):
+    """The fp16 field at byte offset off of every block, as float64 [n_blocks]."""
+    return blocks[:, off:off + 2].copy().view("<f2")[:, 0].astype(np.float64)
+
+
+def dequant_q4_0(b):
+    """Q4_0: d; qs[16]. y[j] = ((qs[j] & 0xF) - 8) d, y[j+16] = ((qs[j] >> 4) - 8) d."""
+    d = _f16_field(b, 0)
+    qs = b[:, 2:18]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float64) - 8.0
+    return q * d[:, None]
+
+
+def dequant_q4_1(b):
+    """Q4_1: d, m; qs[16]. y = q d + m with Q4_0's nibble order (no -8)."""
+    d = _f16_field(b, 0)
+    m = _f16_field(b, 2)
+    qs = b[:, 4:20]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float64)
+    return q * d[:, None] + m[:, None]
+
+
+def dequant_q8_0(b):
+    """Q8_0: d; int8 qs[32]. y = qs d."""
+    d = _f16_field(b, 0)
+    qs = b[:, 2:34].view(np.int8).astype(np.float64)
+    return qs * d[:, None]
+
+
+def k_scales_mins(s):
+    """Unpack the 12-byte K-quant scale field (get_scale_min_k4) into 8 (scale, min) pairs.
+
+    s: uint8 [n_blocks, 12]. For j < 4: sc = s[j] & 63, m = s[j+4] & 63; for j >= 4:
+    sc = (s[j+4] & 0xF) | ((s[j-4] >> 6) << 4), m = (s[j+4] >> 4) | ((s[j] >> 6) << 4).
+    Returns (sc, m) as float64 [n_blocks, 8].
+    """
+    s = s.astype(np.int64)
+    sc = np.empty((s.shape[0], 8), dtype=np.int64)
+    mn = np.empty((s.shape[0], 8), dtype=np.int64)
+    sc[:, 0:4] = s[:, 0:4] & 63
+    mn[:, 0:4] = s[:, 4:8] & 63
+    sc[:, 4:8] = (s[:, 8:12] & 0xF) | ((s[:, 0:4] >> 6) << 4)
+    mn[:, 4:8] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+    return sc.astype(np.float64), mn.astype(np.float64)
+
+
+def _k_nibbles(qs):
+    """The 256 4-bit quants of a Q4_K/Q5_K block in output order, int64 [n_blocks, 8, 32].
+
+    qs: uint8 [n_blocks, 128], four 32-byte chunks. Chunk c gives sub-block 2c from its low
+    nibbles and sub-block 2c+1 from its high nibbles.
+    """
+    chunks = qs.reshape(-1, 4, 32).astype(np.int64)
+    return np.stack([chunks & 0xF, chunks >> 4], axis=2).reshape(-1, 8, 32)
+
+
+def dequant_q4_k(b):
+    """Q4_K: d, dmin; scales[12]; qs[128]. Sub-block s: y = d sc_s q - dmin m_s."""
+    d = _f16_field(b, 0)
+    dmin = _f16_field(b, 2)
+    sc, mn = k_scales_mins(b[:, 4:16])
+    q = _k_nibbles(b[:, 16:144]).astype(np.float64)
+    y = (d[:, None, None] * sc[:, :, None]) * q - (dmin[:, None, None] * mn[:, :, None])
+    return y.reshape(-1, 256)
+
+
+def dequant_q5_k(b):
+    """Q5_K: d, dmin; scales[12]; qh[32]; qs[128]. As Q4_K, with q += 16 when the 5th bit is set.
+
+    The 5th bit of value l of sub-block s is bit s of qh[l] (mask u1 = 1, u2 = 2 for chunk 0,
+    both shifted left by 2 per 64-value chunk: sub-block 2c uses bit 2c, 2c+1 uses bit 2c+1).
+    """
+    d = _f16_field(b, 0)
+    dmin = _f16_field(b, 2)
+    sc, mn = k_scales_mins(b[:, 4:16])
+    qh = b[:, 16:48].astype(np.int64)                      # [n, 32]
+    bits = (qh[:, None, :] >> np.arange(8)[None, :, None]) & 1  # [n, 8 sub-blocks, 32]
+    q = (_k_nibbles(b[:, 48:176]) + 16 * bits).astype(np.float64)
+    y = (d[:, None, None] * sc[:, :, None]) * q - (dmin[:, None, None] * mn[:, :, None])
+    return y.reshape(-1, 256)
+
+
+def dequant_q6_k(b):
+    """Q6_K: ql[128]; qh[64]; int8 scales[16]; d (d last). y = d sc[i // 16] (q - 32).
+
+    Per 128-value half n (ql += 64, qh += 32 per half), for l < 32:
+      q1 = (ql[l] & 0xF)    | ((qh[l] & 3) << 4)         -> y[l]
+      q2 = (ql[l+32] & 0xF) | (((qh[l] >> 2) & 3) << 4)  -> y[l+32]
+      q3 = (ql[l] >> 4)     | (((qh[l] >> 4) & 3) << 4)  -> y[l+64]
+      q4 = (ql[l+32] >> 4)  | (((qh[l] >> 6) & 3) << 4)  -> y[l+96]
+    with scales sc[8n + l/16 + {0, 2, 4, 6}], which is sc[(position in block) // 16].
+    """
+    ql = b[:, 0:128].astype(np.int64).reshape(-1, 2, 2, 32)   # [n, half, lo/hi 32, l]
+    qh = b[:, 128:192].astype(np.int64).reshape(-1, 2, 32)    # [n, half, l]
+    sc = b[:, 192:208].view(np.int8).astype(np.float64)       # [n, 16]
+    d = _f16_field(b, 208)
+    a, c = ql[:, :, 0, :], ql[:, :, 1, :]
+    q1 = (a & 0xF) | ((qh & 3) << 4)
+    q2 = (c & 0xF) | (((qh >> 2) & 3) << 4)
+    q3 = (a >> 4) | (((qh >> 4) & 3) << 4)
+    q4 = (c >> 4) | (((qh >> 6) & 3) << 4)
+    q = np.stack([q1, q2, q3, q4], axis=2).reshape(-1, 256).astype(np.float64) - 32.0
+    return d[:, None] * np.repeat(sc, 16, axis=1) * q
+
+
+def _dequant_float(b, dtype):
+    return b.reshape(-1).view(dtype).astype(np.float64).reshape(-1, 1)
+
+
+def dequant_bf16(b):
+    """BF16: the upper 16 bits of an IEEE float32."""
+    u = b.reshape(-1).view("<u2").astype(np.uint32) << 16
+    return u.view(np.float32).astype(np.float64).reshape(-1, 1)
+
+
+DEQUANTIZERS = {
+    GGMLType.F32: lambda b: _dequant_float(b, "<f4"),
+    GGMLType.F16: lambda b: _dequant_float(b, "<f2"),
+    GGMLType.BF16: dequant_bf16,
+    GGMLType.Q4_0: dequant_q4_0,
+    GGMLType.Q4_1: dequant_q4_1,
+    GGMLType.Q8_0: dequant_q8_0,
+    GGMLType.Q4_K: dequant_q4_k,
+    GGMLType.Q5_K: dequant_q5_k,
+    GGMLType.Q6_K: dequant_q6_k,
+}
+
+
+def dequantize(ggml_type, raw, n):
+    """Dequantize n values of ggml_type from raw bytes (anything np.frombuffer accepts).
+
+    n must be a multiple of the type's block size and raw exactly n/block*type_size bytes.
+    Returns float64 [n].
+    """
+    if ggml_type not in DEQUANTIZERS:
+        raise GGUFError("dequantize: type %s is not supported by the reference (supported: %s)"
+                        % (ggml_type_name(ggml_type),
+                           ", ".join(ggml_type_name(t) for t in DEQUANTIZERS)))
+    blck, tsize = GGML_BLOCK[ggml_type]
+    if n % blck:
+        raise GGUFError("dequantize: %d values is not a multiple of %s's block of %d"
+                        % (n, ggml_type_name(ggml_type), blck))
+    b = np.frombuffer(raw, dtype=np.uint8)
+    if b.size != n // blck * tsize:
+        raise GGUFError("dequantize: %s needs %d bytes for %d values, got %d"
+                        % (ggml_type_name(ggml_type), n // blck * tsize, n, b.size))
+    return DEQUANTIZERS[ggml_type](b.reshape(-1, tsize)).reshape(n)
+
+
+# --- the file ------------------------------------------------------------------------------------
+
+class TensorInfo:
+    """One tensor info record: name, ne (ne[0] = row length first), ggml type, data offset."""
+
+    def __init__(self, name, ne, ggml_type, offset):
+        self.name = name
+        self.ne = tuple(ne)
+        self.ggml_type = ggml_type
+        self.offset = offset  # relative to the start of the data section
+        self.n_elements = int(np.prod(self.ne, dtype=np.int64)) if self.ne else 1
+        blk = GGML_BLOCK.get(ggml_type)
+        self.nbytes = None if blk is None else self.n_elements // blk[0] * blk[1]
+
+    @property
+    def shape(self):
+        """numpy shape (slowest dimension first): reversed(ne)."""
+        return tuple(reversed(self.ne))
+
+    def __repr__(self):
+        return "TensorInfo(%s, ne=%s, %s, offset=%d)" % (
+            self.name, list(self.ne), ggml_type_name(self.ggml_type), self.offset)
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads over the mapped file."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n, what):
+        if n < 0 or self.pos + n > len(self.buf):
+            raise GGUFError("truncated file: reading %s needs %d bytes at offset %d, file has %d"
+                            % (what, n, self.pos, len(self.buf)))
+        start = self.pos
+        self.pos += n
+        return self.buf[start:self.pos]
+
+    def scalar(self, dtype, what):
+        dtype = np.dtype(dtype)
+        return self.take(dtype.itemsize, what).view(dtype)[0].item()
+
+    def string(self, what):
+        n = self.scalar("<u8", what + " length")
+        raw = bytes(self.take(n, what))
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode("utf-8", errors="surrogateescape")
+
+
+class GGUFFile:
+    """A parsed GGUF file whose data section stays memory-mapped (read-only)."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+        if size == 0:
+            raise GGUFError("%s: empty file" % path)
+        self.buf = np.memmap(path, dtype=np.uint8, mode="r")
+        cur = _Cursor(self.buf)
+        self._parse_header(cur)
+        self._parse_kv(cur)
+        self._parse_alignment()
+        self._parse_tensor_infos(cur)
+        self.data_offset = align_up(cur.pos, self.alignment)
+        self._check_tensor_extents()
+
+    # header: magic, version, counts
+    def _parse_header(self, cur):
+        magic = bytes(cur.take(4, "magic"))
+        if magic != GGUF_MAGIC:
+            raise GGUFError("%s: bad magic %r, expected %r" % (self.path, magic, GGUF_MAGIC))
+        self.version = cur.scalar("<u4", "version")
+        if self.version not in (2, 3):
+            if self.version & 0xFFFF == 0 and self.version >> 16 in (2, 3):
+                raise GGUFError("%s: big-endian GGUF files are not supported" % self.path)
+            raise GGUFError("%s: GGUF version %d is not supported (2 and 3 are)"
+                            % (self.path, self.version))
+        self.n_tensors = cur.scalar("<u8", "n_tensors")
+        self.n_kv = cur.scalar("<u8", "n_kv")
+
+    def _read_value(self, cur, vtype, what):
+        if vtype == GGUFValueType.STRING:
+            return cur.string(what)
+        if vtype in GGUF_SCALAR_DTYPE:
+            v = cur.scalar(GGUF_SCALAR_DTYPE[vtype], what)
+            return bool(v) if vtype == GGUFValueType.BOOL else v
+        raise GGUFError("%s: unknown value type %d at offset %d" % (what, vtype, cur.pos - 4))
+
+    def _read_array(self, cur, what):
+        etype = cur.scalar("<i4", what + " element type")
+        n = cur.scalar("<u8", what + " element count")
+        if etype == GGUFValueType.ARRAY:
+            raise GGUFError("%s: arrays of arrays are not allowed" % what)
+        if etype == GGUFValueType.STRING:
+            return etype, [cur.string("%s[%d]" % (what, i)) for i in range(n)]
+        if etype not in GGUF_SCALAR_DTYPE:
+            raise GGUFError("%s: unknown array element type %d" % (what, etype))
+        dt = GGUF_SCALAR_DTYPE[etype]
+        if n > (len(cur.buf) - cur.pos) // dt.itemsize:
+            raise GGUFError("truncated file: %s claims %d elements at offset %d" % (what, n, cur.pos))
+        vals = cur.take(n * dt.itemsize, what).view(dt).tolist()
+        if etype == GGUFValueType.BOOL:
+            vals = [bool(v) for v in vals]
+        return etype, vals
+
+    def _parse_kv(self, cur):
+        self.kv = {}
+        self.kv_type = {}  # key -> (value type, array element type or None)
+        for i in range(self.n_kv):
+            key = cur.string("key of kv pair %d" % i)
+            vtype = cur.scalar("<i4", "type of key '%s'" % key)
+            if key in self.kv:
+                raise GGUFError("%s: duplicate key '%s'" % (self.path, key))
+            if vtype == GGUFValueType.ARRAY:
+                etype, val = self._read_array(cur, "key '%s'" % key)
+                self.kv_type[key] = (vtype, etype)
+            else:
+                val = self._read_value(cur, vtype, "key '%s'" % key)
+                self.kv_type[key] = (vtype, None)
+            self.kv[key] = val
+
+    def _parse_alignment(self):
+        self.alignment = GGUF_DEFAULT_ALIGNMENT
+        if "general.alignment" in self.kv:
+            vtype, _ = self.kv_type["general.alignment"]
+            a = self.kv["general.alignment"]
+            if vtype != GGUFValueType.UINT32:
+                raise GGUFError("%s: general.alignment must be uint32, got value type %d"
+                                % (self.path, vtype))
+            if a == 0 or a & (a - 1):
+                raise GGUFError("%s: general.alignment = %d is not a power of 2" % (self.path, a))
+            self.alignment = a
+
+    def _parse_tensor_infos(self, cur):
+        self.tensors = {}
+        for i in range(self.n_tensors):
+            name = cur.string("name of tensor %d" % i)
+            n_dims = cur.scalar("<u4", "n_dims of tensor '%s'" % name)
+            if n_dims > GGUF_MAX_DIMS:
+                raise GGUFError("tensor '%s': n_dims = %d exceeds %d" % (name, n_dims, GGUF_MAX_DIMS))
+            ne = [cur.scalar("<i8", "ne[%d] of tensor '%s'" % (d, name)) for d in range(n_dims)]
+            if any(x < 0 for x in ne):
+                raise GGUFError("tensor '%s': negative dimension in ne = %s" % (name, ne))
+            gtype = cur.scalar("<i4", "type of tensor '%s'" % name)
+            offset = cur.scalar("<u8", "offset of tensor '%s'" % name)
+            if name in self.tensors:
+                raise GGUFError("%s: duplicate tensor name '%s'" % (self.path, name))
+            if gtype in GGML_BLOCK and ne and ne[0] % GGML_BLOCK[gtype][0]:
+                raise GGUFError("tensor '%s': ne[0] = %d is not a multiple of %s's block size %d"
+                                % (name, ne[0], ggml_type_name(gtype), GGML_BLOCK[gtype][0]))
+            if offset % self.alignment:
+                raise GGUFError("tensor '%s': offset %d is not a multiple of the alignment %d"
+                                % (name, offset, self.alignment))
+            self.tensors[name] = TensorInfo(name, ne, gtype, offset)
+
+    def _check_tensor_extents(self):
+        data_size = len(self.buf) - self.data_offset
+        for t in self.tensors.values():
+            if t.nbytes is not None and t.offset + t.nbytes > data_size:
+                raise GGUFError("truncated file: tensor '%s' (%s, %d bytes at data offset %d) "
+                                "ends past the data section of %d bytes"
+                                % (t.name, ggml_type_name(t.ggml_type), t.nbytes, t.offset,
+                                   max(data_size, 0)))
+
+    # tensor access
+    def tensor(self, name):
+        """TensorInfo for name; GGUFError naming the tensor when absent."""
+        if name not in self.tensors:
+            raise GGUFError("%s: tensor '%s' not found" % (self.path, name))
+        return self.tensors[name]
+
+    def tensor_bytes(self, name):
+        """The raw bytes of tensor name (read-only uint8 view of the map)."""
+        t = self.tensor(name)
+        if t.nbytes is None:
+            raise GGUFError("tensor '%s': size of type %s unknown to the reference"
+                            % (name, ggml_type_name(t.ggml_type)))
+        start = self.data_offset + t.offset
+        return self.buf[start:start + t.nbytes]
+
+    def dequantize(self, name):
+        """Tensor name as float64 of shape reversed(ne) (a 2-D weight is [ne1, ne0])."""
+        t = self.tensor(name)
+        return dequantize(t.ggml_type, self.tensor_bytes(name), t.n_elements).reshape(t.shape)
+
+    def dequantize_rows(self, name, rows):
+        """Rows (indices along ne1) of the 2-D tensor name as float64 [len(rows), ne0]."""
+        t = self.tensor(name)
+        if len(t.ne) != 2:
+            raise GGUFError("tensor '%s': dequantize_rows needs a 2-D tensor, ne = %s"
+                            % (name, list(t.ne)))
+        ne0, ne1 = t.ne
+        row_bytes = t.nbytes // ne1 if ne1 else 0
+        raw = self.tensor_bytes(name)
+        out = np.empty((len(rows), ne0), dtype=np.float64)
+        for i, r in enumerate(rows):
+            if not 0 <= r < ne1:
+                raise GGUFError("tensor '%s': row %d out of range [0, %d)" % (name, r, ne1))
+            out[i] = dequantize(t.ggml_type, raw[r * row_bytes:(r + 1) * row_bytes], ne0)
+        return out
+
+
+def main(argv):
+    """Print a GGUF file's metadata and tensor table (debug aid): gguf_ref.py FILE."""
+    if len(argv) != 2:
+        print("usage: gguf_ref.py FILE.gguf", file=sys.stderr)
+        return 2
+    g = GGUFFile(argv[1])
+    print("version %d, %d kv, %d tensors, alignment %d, data offset %d"
+          % (g.version, len(g.kv), len(g.tensors), g.alignment, g.data_offset))
+    for k, v in g.kv.items():
+        if isinstance(v, list) and len(v) > 8:
+            v = "[%s, ... (%d)]" % (", ".join(repr(x) for x in v[:8]), len(v))
+        print("  %-50s %r" % (k, v))
+    for t in g.tensors.values():
+        print("  %-40s %-6s ne=%s offset=%d" % (t.name, ggml_type_name(t.ggml_type),
+                                                list(t.ne), t.offset))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,455 @@
+"""Float64 reference forward pass for numallm, from a GGUF file (independent of the C engine).
+
+Architectures: llama, qwen2, qwen3 (dense) and qwen3moe (router + experts; written from
+FORMATS.md, not yet exercised against the engine). Everything is computed in float64 over all
+positions at once with a causal mask; nothing here mirrors the engine's data layouts or
+shortcuts. The math (shared/FORMATS.md, "Per-architecture metadata keys", "Tensor names and
+shapes", "RoPE variant"):
+
+    x = token_embd[token]
+    per layer i:
+        h = rmsnorm(x) * attn_norm                        rmsnorm(x) = x / sqrt(mean(x^2) + eps)
+        q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv) biases required for qwen2
+        qwen3*: q, k = per-head rmsnorm(q) * attn_q_norm, rmsnorm(k) * attn_k_norm
+        q, k = rope(q), rope(k)                            NORM pairs for llama, NEOX for qwen*
+        o = softmax_causal(q k^T / sqrt(head_dim)) v       GQA: q head h reads kv head h // g
+        x = x + o Wo^T (+bo)
+        h = rmsnorm(x) * ffn_norm
+        x = x + W_down (silu(W_gate h) * (W_up h))         qwen3moe: top-k softmax-gated experts
+    logits = (rmsnorm(x) * output_norm) W_out^T (+b_out)   W_out = token_embd when output is absent
+
+A GGUF weight of ne = {in, out} is used as W [out, in], y = x W^T for row vectors x.
+
+RoPE: theta_i = pos * freq_scale * base^(-2i/n_rot) / rope_freqs[i], i < n_rot/2; a pair (a, b)
+becomes (a cos - b sin, a sin + b cos); dimensions >= n_rot pass through.
+
+Public API:
+    load_model(path) -> Model            config_from_gguf(gguf) -> ModelConfig
+    forward(model, tokens, numerics=None, on_layer=None) -> logits float64 [n_tokens, n_vocab]
+`numerics` lets a test emulate lower-precision arithmetic (see fixtures/engine_numerics.py); the
+default is exact float64. `on_layer(name, x)` receives 'embd', 'blk.N' (residual stream after
+layer N) and 'result_norm'.
+"""
+
+import sys
+
+import numpy as np
+
+from gguf_ref import GGMLType, GGUFFile, GGUFValueType, ggml_type_name
+
+ROPE_TYPE_NORM = 0  # pairs (x[2i], x[2i+1]); llama
+ROPE_TYPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]); qwen2, qwen3, qwen3moe
+
+ARCH_ROPE_TYPE = {
+    "llama": ROPE_TYPE_NORM,
+    "qwen2": ROPE_TYPE_NEOX,
+    "qwen3": ROPE_TYPE_NEOX,
+    "qwen3moe": ROPE_TYPE_NEOX,
+}
+
+EXPERT_GATING_SOFTMAX = 1  # llama.cpp LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX
+
+
+class ModelError(Exception):
+    """The model file does not describe a model the reference can run; the message says why."""
+
+
+def log(msg):
+    print("ref: " + msg, file=sys.stderr)
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+class ModelConfig:
+    """Hyperparameters read from GGUF metadata (every size comes from the file)."""
+
+    def __repr__(self):
+        return "ModelConfig(%s)" % ", ".join("%s=%r" % kv for kv in vars(self).items())
+
+
+_INT_TYPES = {GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
+              GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64}
+_FLOAT_TYPES = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
+
+
+def _meta(g, key, kind, default=None, required=False, allow_array=False):
+    """Metadata value key of kind 'int', 'float' or 'str'.
+
+    Missing: ModelError when required, else default (logged). A per-layer array is allowed only
+    with allow_array (returned as a list). A value of the wrong type is a ModelError.
+    """
+    if key not in g.kv:
+        if required:
+            raise ModelError("missing required metadata key '%s'" % key)
+        if default is not None:
+            log("%s not set, using default %r" % (key, default))
+        return default
+    vtype, etype = g.kv_type[key]
+    val = g.kv[key]
+    if vtype == GGUFValueType.ARRAY:
+        if not allow_array:
+            raise ModelError("metadata key '%s' is an array; a scalar is expected" % key)
+        vtype = etype
+    ok = {"int": _INT_TYPES, "float": _FLOAT_TYPES | _INT_TYPES, "str": {GGUFValueType.STRING}}
+    if vtype not in ok[kind]:
+        raise ModelError("metadata key '%s' has value type %d, expected %s" % (key, vtype, kind))
+    return val
+
+
+def _per_layer(val, n_layer, key):
+    """A scalar or per-layer array as a list of n_layer values."""
+    if isinstance(val, list):
+        if len(val) != n_layer:
+            raise ModelError("'%s' has %d entries, block_count is %d" % (key, len(val), n_layer))
+        return list(val)
+    return [val] * n_layer
+
+
+def _uniform(val, key):
+    """A value that may be stored per layer but must be the same for all layers here."""
+    if isinstance(val, list):
+        if len(set(val)) != 1:
+            raise ModelError("'%s' varies per layer (%s); the reference supports uniform values"
+                             % (key, val))
+        return val[0]
+    return val
+
+
+def config_from_gguf(g):
+    """ModelConfig from a parsed GGUFFile; ModelError names any missing or invalid key."""
+    c = ModelConfig()
+    arch = _meta(g, "general.architecture", "str", required=True)
+    if arch not in ARCH_ROPE_TYPE:
+        raise ModelError("architecture '%s' is not supported (supported: %s)"
+                         % (arch, ", ".join(ARCH_ROPE_TYPE)))
+    c.arch = arch
+    p = arch + "."
+    c.n_embd = _meta(g, p + "embedding_length", "int", required=True)
+    c.n_layer = _meta(g, p + "block_count", "int", required=True)
+    c.n_head = _uniform(_meta(g, p + "attention.head_count", "int", required=True,
+                              allow_array=True), p + "attention.head_count")
+    c.n_head_kv = _uniform(_meta(g, p + "attention.head_count_kv", "int", default=c.n_head,
+                                 allow_array=True), p + "attention.head_count_kv")
+    if c.n_head <= 0 or c.n_head_kv <= 0 or c.n_head % c.n_head_kv:
+        raise ModelError("head_count %d is not a positive multiple of head_count_kv %d"
+                         % (c.n_head, c.n_head_kv))
+    c.head_dim = _meta(g, p + "attention.key_length", "int", default=c.n_embd // c.n_head)
+    c.head_dim_v = _meta(g, p + "attention.value_length", "int", default=c.n_embd // c.n_head)
+    c.rms_eps = float(_meta(g, p + "attention.layer_norm_rms_epsilon", "float", required=True))
+
+    c.n_expert = _meta(g, p + "expert_count", "int", default=0 if arch != "qwen3moe" else None,
+                       required=arch == "qwen3moe")
+    c.n_expert_used = _meta(g, p + "expert_used_count", "int",
+                            default=0 if arch != "qwen3moe" else None, required=arch == "qwen3moe")
+    if arch == "qwen3moe":
+        if c.n_expert <= 0 or not 0 < c.n_expert_used <= c.n_expert:
+            raise ModelError("qwen3moe needs 0 < expert_used_count (%d) <= expert_count (%d)"
+                             % (c.n_expert_used, c.n_expert))
+        c.n_ff_exp = _meta(g, p + "expert_feed_forward_length", "int", required=True)
+        gating = _meta(g, p + "expert_gating_func", "int", default=EXPERT_GATING_SOFTMAX)
+        if gating != EXPERT_GATING_SOFTMAX:
+            raise ModelError("expert_gating_func %d is not supported (softmax = 1 is)" % gating)
+        c.n_ff = [0] * c.n_layer
+    else:
+        c.n_ff_exp = 0
+        c.n_ff = _per_layer(_meta(g, p + "feed_forward_length", "int", required=True,
+                                  allow_array=True), c.n_layer, p + "feed_forward_length")
+
+    _rope_config(g, c, p)
+
+    emb = g.tensor("token_embd.weight")
+    if len(emb.ne) != 2 or emb.ne[0] != c.n_embd:
+        raise ModelError("token_embd.weight has ne = %s, expected {n_embd=%d, n_vocab}"
+                         % (list(emb.ne), c.n_embd))
+    c.n_vocab = emb.ne[1]
+    n_vocab_meta = _meta(g, p + "vocab_size", "int")
+    if n_vocab_meta is not None and n_vocab_meta != c.n_vocab:
+        raise ModelError("%svocab_size = %d but token_embd.weight has %d rows"
+                         % (p, n_vocab_meta, c.n_vocab))
+    return c
+
+
+def _rope_config(g, c, p):
+    """RoPE fields of c: rope_type, n_rot, rope_freq_base, rope_freq_scale, has_rope_freqs."""
+    c.rope_type = ARCH_ROPE_TYPE[c.arch]
+    c.n_rot = _meta(g, p + "rope.dimension_count", "int", default=c.head_dim)
+    if c.n_rot % 2 or not 0 < c.n_rot <= c.head_dim:
+        raise ModelError("rope.dimension_count = %d must be even and in (0, head_dim = %d]"
+                         % (c.n_rot, c.head_dim))
+    if c.arch == "llama" and c.n_rot != c.head_dim:
+        raise ModelError("llama needs rope.dimension_count (%d) == head_dim (%d)"
+                         % (c.n_rot, c.head_dim))
+    c.rope_freq_base = float(_meta(g, p + "rope.freq_base", "float", default=10000.0))
+    c.rope_scaling_type = _meta(g, p + "rope.scaling.type", "str", default="linear")
+    if c.rope_scaling_type not in ("none", "linear"):
+        raise ModelError("rope.scaling.type '%s' is not supported (none, linear are)"
+                         % c.rope_scaling_type)
+    factor = _meta(g, p + "rope.scaling.factor", "float") or 0.0
+    if factor == 0.0:
+        factor = _meta(g, p + "rope.scale_linear", "float") or 0.0
+    # As llama.cpp: no factor (or 0) means 1; scaling type 'none' never scales.
+    c.rope_freq_scale = 1.0 if factor == 0.0 else 1.0 / float(factor)
+    if c.rope_scaling_type == "none":
+        c.rope_freq_scale = 1.0
+    c.has_rope_freqs = "rope_freqs.weight" in g.tensors
+
+
+# --- weights -------------------------------------------------------------------------------------
+
+class Weight:
+    """A dequantized tensor: data float64 (numpy shape reversed(ne)) and its GGUF ggml type."""
+
+    def __init__(self, data, ggml_type):
+        self.data = data
+        self.ggml_type = ggml_type
+
+
+class Model:
+    """A GGUF file plus its ModelConfig. Weights are dequantized on demand (not cached), so a
+    forward pass holds about one layer's weights at a time."""
+
+    def __init__(self, gguf, config):
+        self.gguf = gguf
+        self.config = config
+        self.used = set()
+
+    def has(self, name):
+        return name in self.gguf.tensors
+
+    def weight(self, name, ne):
+        """Tensor name dequantized, after checking that its ne equals the expected ne."""
+        t = self.gguf.tensor(name)
+        if tuple(t.ne) != tuple(ne):
+            raise ModelError("tensor '%s' has ne = %s, expected %s from the metadata"
+                             % (name, list(t.ne), list(ne)))
+        self.used.add(name)
+        return Weight(self.gguf.dequantize(name), t.ggml_type)
+
+    def optional(self, name, ne):
+        """weight(name, ne), or None when the file has no such tensor."""
+        return self.weight(name, ne) if self.has(name) else None
+
+    def unused_tensors(self):
+        return [n for n in self.gguf.tensors if n not in self.used]
+
+
+def load_model(path):
+    """Parse path and its config. Raises GGUFError / ModelError with a readable message."""
+    g = GGUFFile(path)
+    return Model(g, config_from_gguf(g))
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+class ExactNumerics:
+    """Identity hooks: the reference proper computes everything in float64."""
+
+    def linear_input(self, x, ggml_type):
+        """The activations a matmul with a weight of ggml_type actually multiplies."""
+        return x
+
+    def linear_weight(self, w, ggml_type):
+        """The weight values a matmul actually uses (after any repacking)."""
+        return w
+
+    def kv_store(self, x):
+        """K or V as read back from the KV cache."""
+        return x
+
+    def op_output(self, x):
+        """The result of any operation as stored between operations."""
+        return x
+
+
+def rms_norm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def linear(x, w, b, numerics):
+    """x W^T (+ b): x [..., in], w.data [out, in]."""
+    y = numerics.linear_input(x, w.ggml_type) @ numerics.linear_weight(w.data, w.ggml_type).T
+    if b is not None:
+        y = y + b.data
+    return numerics.op_output(y)
+
+
+def rope_angles(positions, n_rot, freq_base, freq_scale, rope_freqs=None):
+    """theta [n_pos, n_rot/2]: pos * freq_scale * base^(-2i/n_rot) / rope_freqs[i]."""
+    i = np.arange(n_rot // 2, dtype=np.float64)
+    inv_freq = freq_base ** (-2.0 * i / n_rot)
+    if rope_freqs is not None:
+        inv_freq = inv_freq / rope_freqs
+    return np.asarray(positions, dtype=np.float64)[:, None] * freq_scale * inv_freq[None, :]
+
+
+def apply_rope(x, theta, n_rot, rope_type):
+    """Rotate x [n_pos, n_heads, head_dim] by theta [n_pos, n_rot/2]; dims >= n_rot unchanged.
+
+    NORM rotates pairs (x[2i], x[2i+1]); NEOX rotates pairs (x[i], x[i + n_rot/2]).
+    """
+    half = n_rot // 2
+    if rope_type == ROPE_TYPE_NORM:
+        ia = np.arange(half) * 2
+        ib = ia + 1
+    elif rope_type == ROPE_TYPE_NEOX:
+        ia = np.arange(half)
+        ib = ia + half
+    else:
+        raise ModelError("unknown rope type %d" % rope_type)
+    cos = np.cos(theta)[:, None, :]
+    sin = np.sin(theta)[:, None, :]
+    a, b = x[..., ia], x[..., ib]
+    y = x.copy()
+    y[..., ia] = a * cos - b * sin
+    y[..., ib] = a * sin + b * cos
+    return y
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def causal_attention(q, k, v, scale):
+    """Grouped-query causal attention.
+
+    q [T, n_head, hd], k [T, n_head_kv, hd], v [T, n_head_kv, hd_v] -> [T, n_head * hd_v].
+    Query head h attends with kv head h // (n_head / n_head_kv); position t sees positions <= t.
+    """
+    T, n_head, _ = q.shape
+    group = n_head // k.shape[1]
+    kh = np.repeat(k, group, axis=1)  # [T, n_head, hd]
+    vh = np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, kh) * scale
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    scores[:, mask] = -np.inf
+    p = softmax(scores, axis=-1)
+    return np.einsum("hts,shd->thd", p, vh).reshape(T, -1)
+
+
+# --- layers --------------------------------------------------------------------------------------
+
+def attention_block(m, il, x, theta, numerics):
+    """The attention half of layer il: returns o Wo^T (+bo), to be added to the residual x."""
+    c = m.config
+    pre = "blk.%d." % il
+    nq, nk, nv = c.n_head * c.head_dim, c.n_head_kv * c.head_dim, c.n_head_kv * c.head_dim_v
+    need_bias = c.arch == "qwen2"
+    bias = m.weight if need_bias else m.optional
+
+    h = numerics.op_output(rms_norm(x, m.weight(pre + "attn_norm.weight", (c.n_embd,)).data,
+                                    c.rms_eps))
+    q = linear(h, m.weight(pre + "attn_q.weight", (c.n_embd, nq)), bias(pre + "attn_q.bias", (nq,)),
+               numerics)
+    k = linear(h, m.weight(pre + "attn_k.weight", (c.n_embd, nk)), bias(pre + "attn_k.bias", (nk,)),
+               numerics)
+    v = linear(h, m.weight(pre + "attn_v.weight", (c.n_embd, nv)), bias(pre + "attn_v.bias", (nv,)),
+               numerics)
+    T = x.shape[0]
+    q = q.reshape(T, c.n_head, c.head_dim)
+    k = k.reshape(T, c.n_head_kv, c.head_dim)
+    v = v.reshape(T, c.n_head_kv, c.head_dim_v)
+    if c.arch in ("qwen3", "qwen3moe"):
+        q = rms_norm(q, m.weight(pre + "attn_q_norm.weight", (c.head_dim,)).data, c.rms_eps)
+        k = rms_norm(k, m.weight(pre + "attn_k_norm.weight", (c.head_dim,)).data, c.rms_eps)
+    q = numerics.op_output(apply_rope(q, theta, c.n_rot, c.rope_type))
+    k = numerics.kv_store(apply_rope(k, theta, c.n_rot, c.rope_type))
+    v = numerics.kv_store(v)
+    o = numerics.op_output(causal_attention(q, k, v, 1.0 / np.sqrt(c.head_dim)))
+    wo = m.weight(pre + "attn_output.weight", (c.n_head * c.head_dim_v, c.n_embd))
+    return linear(o, wo, m.optional(pre + "attn_output.bias", (c.n_embd,)), numerics)
+
+
+def ffn_dense(m, il, h, numerics):
+    """SwiGLU FFN: W_down (silu(W_gate h) * (W_up h))."""
+    c = m.config
+    pre = "blk.%d." % il
+    n_ff = c.n_ff[il]
+    g = linear(h, m.weight(pre + "ffn_gate.weight", (c.n_embd, n_ff)), None, numerics)
+    u = linear(h, m.weight(pre + "ffn_up.weight", (c.n_embd, n_ff)), None, numerics)
+    a = numerics.op_output(silu(g) * u)
+    return linear(a, m.weight(pre + "ffn_down.weight", (n_ff, c.n_embd)), None, numerics)
+
+
+def ffn_moe(m, il, h, numerics):
+    """qwen3moe FFN: softmax router, top-k experts, selected weights renormalized to sum 1,
+    output = sum_e w_e W_down_e (silu(W_gate_e h) * (W_up_e h))."""
+    c = m.config
+    pre = "blk.%d." % il
+    router = m.weight(pre + "ffn_gate_inp.weight", (c.n_embd, c.n_expert))
+    probs = softmax(linear(h, router, None, numerics), axis=-1)        # [T, n_expert]
+    gate = m.weight(pre + "ffn_gate_exps.weight", (c.n_embd, c.n_ff_exp, c.n_expert))
+    up = m.weight(pre + "ffn_up_exps.weight", (c.n_embd, c.n_ff_exp, c.n_expert))
+    down = m.weight(pre + "ffn_down_exps.weight", (c.n_ff_exp, c.n_embd, c.n_expert))
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        sel = np.argsort(-probs[t], kind="stable")[:c.n_expert_used]
+        w = probs[t, sel] / np.sum(probs[t, sel])
+        for e, we in zip(sel, w):
+            ge = linear(h[t], Weight(gate.data[e], gate.ggml_type), None, numerics)
+            ue = linear(h[t], Weight(up.data[e], up.ggml_type), None, numerics)
+            a = numerics.op_output(silu(ge) * ue)
+            out[t] += we * linear(a, Weight(down.data[e], down.ggml_type), None, numerics)
+    return out
+
+
+def ffn_block(m, il, x, numerics):
+    """The FFN half of layer il: returns the FFN output, to be added to the residual x."""
+    c = m.config
+    h = numerics.op_output(rms_norm(x, m.weight("blk.%d.ffn_norm.weight" % il, (c.n_embd,)).data,
+                                    c.rms_eps))
+    if c.arch == "qwen3moe":
+        return ffn_moe(m, il, h, numerics)
+    return ffn_dense(m, il, h, numerics)
+
+
+def rope_theta(m, positions):
+    """RoPE angles for the model's config (rope_freqs.weight applied when present)."""
+    c = m.config
+    freqs = m.weight("rope_freqs.weight", (c.n_rot // 2,)).data if c.has_rope_freqs else None
+    return rope_angles(positions, c.n_rot, c.rope_freq_base, c.rope_freq_scale, freqs)
+
+
+def forward(m, tokens, numerics=None, on_layer=None):
+    """Logits float64 [len(tokens), n_vocab] for tokens at positions 0..len-1."""
+    c = m.config
+    numerics = numerics or ExactNumerics()
+    on_layer = on_layer or (lambda name, x: None)
+    tokens = [int(t) for t in tokens]
+    for t in tokens:
+        if not 0 <= t < c.n_vocab:
+            raise ModelError("token %d out of range [0, n_vocab = %d)" % (t, c.n_vocab))
+    emb = m.gguf.tensor("token_embd.weight")
+    m.used.add(emb.name)
+    x = m.gguf.dequantize_rows(emb.name, tokens)
+    on_layer("embd", x)
+    theta = rope_theta(m, np.arange(len(tokens)))
+    for il in range(c.n_layer):
+        x = x + attention_block(m, il, x, theta, numerics)
+        x = x + ffn_block(m, il, x, numerics)
+        on_layer("blk.%d" % il, x)
+    out = numerics.op_output(rms_norm(x, m.weight("output_norm.weight", (c.n_embd,)).data,
+                                      c.rms_eps))
+    on_layer("result_norm", out)
+    if m.has("output.weight"):
+        w_out = m.weight("output.weight", (c.n_embd, c.n_vocab))
+    else:
+        w_out = m.weight("token_embd.weight", (c.n_embd, c.n_vocab))  # tied embeddings
+    return linear(out, w_out, m.optional("output.bias", (c.n_vocab,)), numerics)
+
+
+def describe(m):
+    """One line summarizing the model config and weight types."""
+    c = m.config
+    types = sorted({ggml_type_name(t.ggml_type) for t in m.gguf.tensors.values()})
+    return ("arch=%s n_vocab=%d n_embd=%d n_layer=%d n_head=%d n_head_kv=%d head_dim=%d/%d "
+            "n_ff=%s n_rot=%d rope=%s base=%g freq_scale=%g rope_freqs=%s eps=%g types=%s"
+            % (c.arch, c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
+               c.head_dim_v, c.n_ff[0] if len(set(c.n_ff)) == 1 else c.n_ff, c.n_rot,
+               "norm" if c.rope_type == ROPE_TYPE_NORM else "neox", c.rope_freq_base,
+               c.rope_freq_scale, c.has_rope_freqs, c.rms_eps, ",".join(types)))

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""ref.py: logits (and per-layer activations) of a GGUF model from the float64 reference.
+
+Usage:
+    ref.py MODEL.gguf --tokens 1,2,3 [--out LOGITS.bin] [--dump-layers DIR]
+
+Writes numallm's dump formats (dump_formats.py): one kind-0 logits record per prompt position,
+and, with --dump-layers, DIR/embd.bin, DIR/blk.N.bin (residual stream after layer N) and
+DIR/result_norm.bin. Without --out it prints the arg-max token of every position.
+Exit status: 0 on success, 1 when the model or the tokens are rejected (message on stderr).
+Run with Debian's /usr/bin/python3 (numpy).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+
+from dump_formats import KIND_PROMPT, LogitsDump, write_layer, write_logits  # noqa: E402
+from gguf_ref import GGUFError  # noqa: E402
+from model_ref import ModelError, describe, forward, load_model, log  # noqa: E402
+
+
+def parse_tokens(s):
+    """'1,2,3' -> [1, 2, 3]; argparse error on anything else."""
+    try:
+        toks = [int(t) for t in s.split(",") if t.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError("--tokens wants comma-separated integers, got %r" % s)
+    if not toks:
+        raise argparse.ArgumentTypeError("--tokens is empty")
+    return toks
+
+
+def run(args):
+    t0 = time.time()
+    model = load_model(args.model)
+    log(describe(model))
+    layer_sink = None
+    if args.dump_layers:
+        os.makedirs(args.dump_layers, exist_ok=True)
+        layer_sink = lambda name, x: write_layer(os.path.join(args.dump_layers, name + ".bin"), x)
+    logits = forward(model, args.tokens, on_layer=layer_sink)
+    unused = model.unused_tensors()
+    if unused:
+        log("warning: tensors not used by the reference: %s" % ", ".join(unused))
+    n = len(args.tokens)
+    if args.out:
+        write_logits(args.out, LogitsDump(model.config.n_vocab, [KIND_PROMPT] * n, range(n),
+                                          args.tokens, logits))
+    else:
+        print("argmax per position: %s" % ",".join(str(int(i)) for i in np.argmax(logits, 1)))
+    log("%d tokens, n_vocab %d, %.2f s%s%s" % (
+        n, model.config.n_vocab, time.time() - t0,
+        ", logits -> %s" % args.out if args.out else "",
+        ", layers -> %s" % args.dump_layers if args.dump_layers else ""))
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", help="GGUF model file")
+    ap.add_argument("--tokens", required=True, type=parse_tokens, help="comma-separated token ids")
+    ap.add_argument("--out", help="write the logits file here (NMLG format)")
+    ap.add_argument("--dump-layers", metavar="DIR", help="write per-layer activations (NMLY) here")
+    args = ap.parse_args(argv)
+    try:
+        return run(args)
+    except (GGUFError, ModelError, OSError) as e:
+        print("ref: error: %s" % e, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
