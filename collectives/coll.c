@@ -67,11 +67,7 @@ static void coll_fatal_hook(int code) {
 
 void coll_backoff_slow(struct coll_backoff *b) {
     uint64_t now = nm_time_ns();
-    if (!b->t_start) {
-        b->t_start = now;
-        if (!b->t_progress) b->t_progress = now;
-        b->t_check = now; /* first check right away */
-    }
+    coll_backoff_clock(b, now);
     if (now - b->t_start < COLL_YIELD_NS) {
         sched_yield();
         return;
@@ -162,8 +158,9 @@ struct coll *coll_init(const struct coll_options *opt) {
     NM_ASSERT(slot >= 0); /* more than COLL_MAX_LIVE instances: a leak */
     g_live[slot] = c;
     if (!opt->quiet)
-        nm_log_info("collectives: transport %s (%s), rank %d of %d, timeout %g s",
-                    c->ops->name, why, c->rank, c->size, c->timeout_s);
+        nm_log_info("collectives: transport %s (%s%s%s), rank %d of %d, timeout %g s",
+                    c->ops->name, why, c->detail[0] ? "; " : "", c->detail, c->rank, c->size,
+                    c->timeout_s);
     return c;
 }
 

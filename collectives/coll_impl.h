@@ -132,6 +132,13 @@ static inline void coll_backoff_init(struct coll_backoff *b) {
     b->sleep_ns = 0;
 }
 void coll_backoff_slow(struct coll_backoff *b);
+/* Starts the clocks on the first slow iteration (the spin phase never reads the time). */
+static inline void coll_backoff_clock(struct coll_backoff *b, uint64_t now) {
+    if (b->t_start) return;
+    b->t_start = now;
+    if (!b->t_progress) b->t_progress = now;
+    b->t_check = now; /* first check right away */
+}
 /* One wait iteration. */
 static inline void coll_backoff_pause(struct coll_backoff *b) {
     if (b->spins < COLL_SPIN_ITERS) {
@@ -145,6 +152,7 @@ static inline void coll_backoff_pause(struct coll_backoff *b) {
 static inline bool coll_backoff_check(struct coll_backoff *b) {
     if (b->spins < COLL_SPIN_ITERS) return false;
     uint64_t now = nm_time_ns();
+    coll_backoff_clock(b, now);
     if (now < b->t_check) return false;
     b->t_check = now + COLL_CHECK_NS;
     return true;

@@ -1,6 +1,7 @@
 /* NUMA placement for the shared-memory transport: which node a rank runs on, binding a range
  * of a shared mapping to it, and asking the kernel where the pages really are. Without libnuma
  * (NM_HAVE_NUMA unset) every answer is "unknown" and nothing is bound. */
+#define _GNU_SOURCE /* sched_getcpu */
 #include "coll_impl.h"
 
 #include <errno.h>

@@ -75,14 +75,15 @@ static inline float f32_from_bits(uint32_t u) {
 }
 
 /* Exact: every fp16 value is an fp32 value. Subnormals are normalized; inf stays inf; a NaN
- * keeps its sign and payload (shifted into the top of the fp32 mantissa), like vcvtph2ps. */
+ * keeps its sign and payload (shifted into the top of the fp32 mantissa) and comes out quiet,
+ * like vcvtph2ps (and ggml's generic converter, whose float multiply quiets it). */
 float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
     uint32_t mant = h & 0x3FFu;
     uint32_t bits;
     if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (mant << 13);
+        bits = sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u);
     } else if (exp != 0) {
         bits = sign | ((exp + 112u) << 23) | (mant << 13); /* rebias 15 -> 127 */
     } else if (mant == 0) {

@@ -92,7 +92,7 @@ static enum nm_status rd(struct cursor *c, void *dst, uint64_t n, const char *wh
 }
 
 static enum nm_status rd_str(struct cursor *c, struct gguf_str *s, const char *what) {
-    uint64_t len;
+    uint64_t len = 0; /* gcc -O2 cannot see that rd() sets it on NM_OK */
     enum nm_status st = rd(c, &len, 8, what);
     if (st) return st;
     if (len > c->size - c->pos)
@@ -463,6 +463,12 @@ static bool float_value(enum gguf_type t, const uint8_t *p, double *out) {
 enum nm_status gguf_get_int(const struct gguf_file *f, const char *key, int64_t *out, char *err, size_t errlen) {
     const struct gguf_kv *kv = gguf_find_kv(f, key);
     if (!kv) return NM_ERR_NOT_FOUND;
+    if (kv->type == GGUF_TYPE_UINT64 && !int_value(kv->type, kv->data, out)) {
+        uint64_t u;
+        memcpy(&u, kv->data, 8);
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: key %s is %llu; it does not fit in int64", f->path, key,
+                       (unsigned long long)u);
+    }
     if (kv->type == GGUF_TYPE_ARRAY || !int_value(kv->type, kv->data, out))
         return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: key %s has type %s; expected an integer", f->path, key,
                        gguf_type_name(kv->type));

@@ -15,7 +15,9 @@ static const struct mkmodel_preset k_presets[] = {
      .rope_freq_base = 10000.0f, .rms_eps = 1e-5f},
     {.name = "tiny-llama31", .arch = "llama", .about = "Llama 3.1 style: rope_freqs tensor, GQA 4/1 (tests)",
      .n_vocab = 640, .n_embd = 256, .n_layer = 2, .n_ff = 768, .n_head = 4, .n_head_kv = 1, .n_ctx_train = 4096,
-     .rope_freq_base = 500000.0f, .rms_eps = 1e-5f, .llama3_rope_freqs = true},
+     .rope_freq_base = 500000.0f, .rms_eps = 1e-5f, .llama3_rope_freqs = true,
+     /* A short original context makes the factors reach most dimensions within a test prompt. */
+     .rope_freqs_orig_ctx = 32},
     {.name = "tiny-qwen2", .arch = "qwen2", .about = "Q/K/V biases, tied output, linear RoPE x2 (tests)",
      .n_vocab = 576, .n_embd = 256, .n_layer = 2, .n_ff = 768, .n_head = 4, .n_head_kv = 2, .n_ctx_train = 2048,
      .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .rope_linear_factor = 2.0f, .tied = true, .qkv_bias = true},
@@ -30,7 +32,8 @@ static const struct mkmodel_preset k_presets[] = {
      .n_ctx_train = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qk_norm = true},
     {.name = "llama-3.2-1b", .arch = "llama", .about = "Llama-3.2-1B shapes (1.24B params)",
      .n_vocab = 128256, .n_embd = 2048, .n_layer = 16, .n_ff = 8192, .n_head = 32, .n_head_kv = 8,
-     .n_ctx_train = 131072, .rope_freq_base = 500000.0f, .rms_eps = 1e-5f, .tied = true, .llama3_rope_freqs = true},
+     .n_ctx_train = 131072, .rope_freq_base = 500000.0f, .rms_eps = 1e-5f, .tied = true, .llama3_rope_freqs = true,
+     .rope_freqs_orig_ctx = 8192},
     {.name = "llama-3-8b", .arch = "llama", .about = "Llama-3-8B shapes (8.0B params)",
      .n_vocab = 128256, .n_embd = 4096, .n_layer = 32, .n_ff = 14336, .n_head = 32, .n_head_kv = 8,
      .n_ctx_train = 8192, .rope_freq_base = 500000.0f, .rms_eps = 1e-5f},
@@ -135,10 +138,10 @@ static void build_specs(const struct mkmodel_params *p, int64_t n_vocab, struct 
     if (!m->tied) add_matmul(s, "output.weight", m->n_embd, n_vocab, out_type, 4.0f);
 }
 
-/* Llama 3.1 long-context factors (HF rope_scaling factor 32, low 1, high 4, original 8192),
- * which the converter stores as rope_freqs.weight and the rope op divides theta by. */
-static void llama3_rope_freqs(float *out, int64_t n, int64_t n_rot, float base) {
-    const double factor = 32.0, low = 1.0, high = 4.0, old_ctx = 8192.0;
+/* Llama 3.1 long-context factors (HF rope_scaling factor 32, low 1, high 4, original context
+ * old_ctx), which the converter stores as rope_freqs.weight and the rope op divides theta by. */
+static void llama3_rope_freqs(float *out, int64_t n, int64_t n_rot, float base, double old_ctx) {
+    const double factor = 32.0, low = 1.0, high = 4.0;
     const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
     for (int64_t i = 0; i < n; i++) {
         const double freq = pow(base, -2.0 * (double)i / (double)n_rot), wavelen = 2.0 * M_PI / freq;
@@ -319,7 +322,7 @@ enum nm_status mkmodel_write(const struct mkmodel_params *p, const char *path, s
         if (t->init == INIT_ROPE_FREQS) {
             float *f = nm_alloc((size_t)k * sizeof(float), 64, "rope_freqs");
             const int64_t hd = m->head_dim ? m->head_dim : m->n_embd / m->n_head;
-            llama3_rope_freqs(f, k, hd, m->rope_freq_base);
+            llama3_rope_freqs(f, k, hd, m->rope_freq_base, (double)m->rope_freqs_orig_ctx);
             st = gguf_writer_write_data(w, (uint64_t)i, f, row_bytes, err, errlen);
             nm_free(f);
             continue;

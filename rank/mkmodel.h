@@ -26,6 +26,7 @@ struct mkmodel_preset {
     bool qkv_bias;        /* qwen2 */
     bool qk_norm;         /* qwen3 */
     bool llama3_rope_freqs; /* write rope_freqs.weight (Llama 3.1 factors) */
+    int64_t rope_freqs_orig_ctx; /* the factors' original_max_position_embeddings (8192 in Llama 3.1) */
 };
 
 /* NULL-terminated list of presets. */

@@ -42,6 +42,13 @@ static enum nm_status get_uniform_int(const struct cfg_reader *r, const char *su
         kv->arr_type == GGUF_TYPE_FLOAT64 || kv->arr_type == GGUF_TYPE_BOOL)
         return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is an array of %llu %s; expected integers",
                        r->f->path, key, (unsigned long long)kv->n, gguf_type_name(kv->arr_type));
+    for (uint64_t i = 0; kv->arr_type == GGUF_TYPE_UINT64 && i < kv->n; i++) {
+        uint64_t u; /* gguf_arr_int asserts on a uint64 that does not fit in int64: refuse it first */
+        memcpy(&u, kv->data + 8 * i, 8);
+        if (u > (uint64_t)INT64_MAX)
+            return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s[%llu] is %llu; it does not fit in int64",
+                           r->f->path, key, (unsigned long long)i, (unsigned long long)u);
+    }
     int64_t v0 = gguf_arr_int(kv, 0);
     for (uint64_t i = 1; i < kv->n; i++)
         if (gguf_arr_int(kv, i) != v0)
@@ -320,9 +327,21 @@ enum nm_status model_load_file(struct gguf_file *f, struct model **out, char *er
     m->file = f;
     m->path = f->path;
     struct binder b = {.m = m, .err = err, .errlen = errlen};
-    enum nm_status st = model_config_read(f, &m->cfg, err, errlen);
-    if (st) goto fail;
+    enum nm_status st;
+    if (f->n_tensors == 0) {
+        st = nm_errf(err, errlen, NM_ERR_NOT_FOUND,
+                     "%s: the file has no tensors (a vocabulary-only GGUF?); a model needs its weights", f->path);
+        goto fail;
+    }
+    if ((st = model_config_read(f, &m->cfg, err, errlen))) goto fail;
     const struct model_config *c = &m->cfg;
+    /* Refuse an absurd block_count before allocating for it (a layer has several tensors). */
+    if ((uint64_t)c->n_layer > f->n_tensors) {
+        st = nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: %s.block_count is %lld, but the file has only %llu tensors",
+                     f->path,
+                     arch_name(c->arch), (long long)c->n_layer, (unsigned long long)f->n_tensors);
+        goto fail;
+    }
 
     if ((st = bind_matmul(&b, "token_embd.weight", c->n_embd, c->n_vocab, true, &m->tok_embd))) goto fail;
     b.type_count[m->tok_embd.type]--; /* the embedding is a lookup table, not a matmul weight */

@@ -25,7 +25,6 @@ fp16 fields are converted exactly (fp16 -> float64 is exact); products are then 
 float64, so the reference is at least as precise as ggml's float32 dequantizers.
 """
 
-import struct
 import sys
 
 import numpy as np
@@ -367,7 +366,7 @@ class GGUFFile:
             raise GGUFError("%s: bad magic %r, expected %r" % (self.path, magic, GGUF_MAGIC))
         self.version = cur.scalar("<u4", "version")
         if self.version not in (2, 3):
-            if self.version & 0xFFFF == 0 and self.version >> 16 in (2, 3):
+            if self.version & 0xFFFFFF == 0 and self.version >> 24 in (2, 3):
                 raise GGUFError("%s: big-endian GGUF files are not supported" % self.path)
             raise GGUFError("%s: GGUF version %d is not supported (2 and 3 are)"
                             % (self.path, self.version))

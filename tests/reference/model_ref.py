@@ -31,11 +31,9 @@ default is exact float64. `on_layer(name, x)` receives 'embd', 'blk.N' (residual
 layer N) and 'result_norm'.
 """
 
-import sys
-
 import numpy as np
 
-from gguf_ref import GGMLType, GGUFFile, GGUFValueType, ggml_type_name
+from gguf_ref import GGUFFile, GGUFValueType, ggml_type_name
 
 ROPE_TYPE_NORM = 0  # pairs (x[2i], x[2i+1]); llama
 ROPE_TYPE_NEOX = 2  # pairs (x[i], x[i + n_rot/2]); qwen2, qwen3, qwen3moe
@@ -54,10 +52,6 @@ class ModelError(Exception):
     """The model file does not describe a model the reference can run; the message says why."""
 
 
-def log(msg):
-    print("ref: " + msg, file=sys.stderr)
-
-
 # --- configuration -------------------------------------------------------------------------------
 
 class ModelConfig:
@@ -70,30 +64,37 @@ class ModelConfig:
 _INT_TYPES = {GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16, GGUFValueType.INT16,
               GGUFValueType.UINT32, GGUFValueType.INT32, GGUFValueType.UINT64, GGUFValueType.INT64}
 _FLOAT_TYPES = {GGUFValueType.FLOAT32, GGUFValueType.FLOAT64}
+_KIND_TYPES = {"int": _INT_TYPES, "float": _FLOAT_TYPES | _INT_TYPES, "str": {GGUFValueType.STRING}}
 
 
-def _meta(g, key, kind, default=None, required=False, allow_array=False):
-    """Metadata value key of kind 'int', 'float' or 'str'.
+class MetaReader:
+    """Typed access to GGUF metadata; records which optional keys fell back to a default."""
 
-    Missing: ModelError when required, else default (logged). A per-layer array is allowed only
-    with allow_array (returned as a list). A value of the wrong type is a ModelError.
-    """
-    if key not in g.kv:
-        if required:
-            raise ModelError("missing required metadata key '%s'" % key)
-        if default is not None:
-            log("%s not set, using default %r" % (key, default))
-        return default
-    vtype, etype = g.kv_type[key]
-    val = g.kv[key]
-    if vtype == GGUFValueType.ARRAY:
-        if not allow_array:
-            raise ModelError("metadata key '%s' is an array; a scalar is expected" % key)
-        vtype = etype
-    ok = {"int": _INT_TYPES, "float": _FLOAT_TYPES | _INT_TYPES, "str": {GGUFValueType.STRING}}
-    if vtype not in ok[kind]:
-        raise ModelError("metadata key '%s' has value type %d, expected %s" % (key, vtype, kind))
-    return val
+    def __init__(self, g):
+        self.g = g
+        self.defaults_used = []  # "key=default" for every absent optional key given a default
+
+    def get(self, key, kind, default=None, required=False, allow_array=False):
+        """Value of key, of kind 'int', 'float' or 'str'.
+
+        Missing: ModelError when required, else default. A per-layer array is allowed only with
+        allow_array (returned as a list). A value of the wrong type is a ModelError.
+        """
+        g = self.g
+        if key not in g.kv:
+            if required:
+                raise ModelError("missing required metadata key '%s'" % key)
+            if default is not None:
+                self.defaults_used.append("%s=%r" % (key, default))
+            return default
+        vtype, etype = g.kv_type[key]
+        if vtype == GGUFValueType.ARRAY:
+            if not allow_array:
+                raise ModelError("metadata key '%s' is an array; a scalar is expected" % key)
+            vtype = etype
+        if vtype not in _KIND_TYPES[kind]:
+            raise ModelError("metadata key '%s' has value type %d, expected %s" % (key, vtype, kind))
+        return g.kv[key]
 
 
 def _per_layer(val, n_layer, key):
@@ -116,82 +117,86 @@ def _uniform(val, key):
 
 
 def config_from_gguf(g):
-    """ModelConfig from a parsed GGUFFile; ModelError names any missing or invalid key."""
+    """ModelConfig from a parsed GGUFFile; ModelError names any missing or invalid key.
+    c.defaults_used lists the optional keys that were absent, with the default taken."""
+    meta = MetaReader(g)
     c = ModelConfig()
-    arch = _meta(g, "general.architecture", "str", required=True)
+    arch = meta.get("general.architecture", "str", required=True)
     if arch not in ARCH_ROPE_TYPE:
         raise ModelError("architecture '%s' is not supported (supported: %s)"
                          % (arch, ", ".join(ARCH_ROPE_TYPE)))
     c.arch = arch
     p = arch + "."
-    c.n_embd = _meta(g, p + "embedding_length", "int", required=True)
-    c.n_layer = _meta(g, p + "block_count", "int", required=True)
-    c.n_head = _uniform(_meta(g, p + "attention.head_count", "int", required=True,
-                              allow_array=True), p + "attention.head_count")
-    c.n_head_kv = _uniform(_meta(g, p + "attention.head_count_kv", "int", default=c.n_head,
-                                 allow_array=True), p + "attention.head_count_kv")
+    c.n_embd = meta.get(p + "embedding_length", "int", required=True)
+    c.n_layer = meta.get(p + "block_count", "int", required=True)
+    key = p + "attention.head_count"
+    c.n_head = _uniform(meta.get(key, "int", required=True, allow_array=True), key)
+    key = p + "attention.head_count_kv"
+    c.n_head_kv = _uniform(meta.get(key, "int", default=c.n_head, allow_array=True), key)
     if c.n_head <= 0 or c.n_head_kv <= 0 or c.n_head % c.n_head_kv:
         raise ModelError("head_count %d is not a positive multiple of head_count_kv %d"
                          % (c.n_head, c.n_head_kv))
-    c.head_dim = _meta(g, p + "attention.key_length", "int", default=c.n_embd // c.n_head)
-    c.head_dim_v = _meta(g, p + "attention.value_length", "int", default=c.n_embd // c.n_head)
-    c.rms_eps = float(_meta(g, p + "attention.layer_norm_rms_epsilon", "float", required=True))
-
-    c.n_expert = _meta(g, p + "expert_count", "int", default=0 if arch != "qwen3moe" else None,
-                       required=arch == "qwen3moe")
-    c.n_expert_used = _meta(g, p + "expert_used_count", "int",
-                            default=0 if arch != "qwen3moe" else None, required=arch == "qwen3moe")
-    if arch == "qwen3moe":
-        if c.n_expert <= 0 or not 0 < c.n_expert_used <= c.n_expert:
-            raise ModelError("qwen3moe needs 0 < expert_used_count (%d) <= expert_count (%d)"
-                             % (c.n_expert_used, c.n_expert))
-        c.n_ff_exp = _meta(g, p + "expert_feed_forward_length", "int", required=True)
-        gating = _meta(g, p + "expert_gating_func", "int", default=EXPERT_GATING_SOFTMAX)
-        if gating != EXPERT_GATING_SOFTMAX:
-            raise ModelError("expert_gating_func %d is not supported (softmax = 1 is)" % gating)
-        c.n_ff = [0] * c.n_layer
-    else:
-        c.n_ff_exp = 0
-        c.n_ff = _per_layer(_meta(g, p + "feed_forward_length", "int", required=True,
-                                  allow_array=True), c.n_layer, p + "feed_forward_length")
-
-    _rope_config(g, c, p)
+    c.head_dim = meta.get(p + "attention.key_length", "int", default=c.n_embd // c.n_head)
+    c.head_dim_v = meta.get(p + "attention.value_length", "int", default=c.n_embd // c.n_head)
+    c.rms_eps = float(meta.get(p + "attention.layer_norm_rms_epsilon", "float", required=True))
+    _ffn_config(meta, c, p)
+    _rope_config(meta, c, p)
 
     emb = g.tensor("token_embd.weight")
     if len(emb.ne) != 2 or emb.ne[0] != c.n_embd:
         raise ModelError("token_embd.weight has ne = %s, expected {n_embd=%d, n_vocab}"
                          % (list(emb.ne), c.n_embd))
     c.n_vocab = emb.ne[1]
-    n_vocab_meta = _meta(g, p + "vocab_size", "int")
+    n_vocab_meta = meta.get(p + "vocab_size", "int")
     if n_vocab_meta is not None and n_vocab_meta != c.n_vocab:
         raise ModelError("%svocab_size = %d but token_embd.weight has %d rows"
                          % (p, n_vocab_meta, c.n_vocab))
+    c.defaults_used = meta.defaults_used
     return c
 
 
-def _rope_config(g, c, p):
+def _ffn_config(meta, c, p):
+    """FFN fields of c: n_ff (per layer; 0 for MoE), n_expert, n_expert_used, n_ff_exp."""
+    c.n_expert, c.n_expert_used, c.n_ff_exp = 0, 0, 0
+    if c.arch != "qwen3moe":
+        key = p + "feed_forward_length"
+        c.n_ff = _per_layer(meta.get(key, "int", required=True, allow_array=True), c.n_layer, key)
+        return
+    c.n_ff = [0] * c.n_layer
+    c.n_expert = meta.get(p + "expert_count", "int", required=True)
+    c.n_expert_used = meta.get(p + "expert_used_count", "int", required=True)
+    if c.n_expert <= 0 or not 0 < c.n_expert_used <= c.n_expert:
+        raise ModelError("qwen3moe needs 0 < expert_used_count (%d) <= expert_count (%d)"
+                         % (c.n_expert_used, c.n_expert))
+    c.n_ff_exp = meta.get(p + "expert_feed_forward_length", "int", required=True)
+    gating = meta.get(p + "expert_gating_func", "int", default=EXPERT_GATING_SOFTMAX)
+    if gating != EXPERT_GATING_SOFTMAX:
+        raise ModelError("expert_gating_func %d is not supported (softmax = 1 is)" % gating)
+
+
+def _rope_config(meta, c, p):
     """RoPE fields of c: rope_type, n_rot, rope_freq_base, rope_freq_scale, has_rope_freqs."""
     c.rope_type = ARCH_ROPE_TYPE[c.arch]
-    c.n_rot = _meta(g, p + "rope.dimension_count", "int", default=c.head_dim)
+    c.n_rot = meta.get(p + "rope.dimension_count", "int", default=c.head_dim)
     if c.n_rot % 2 or not 0 < c.n_rot <= c.head_dim:
         raise ModelError("rope.dimension_count = %d must be even and in (0, head_dim = %d]"
                          % (c.n_rot, c.head_dim))
     if c.arch == "llama" and c.n_rot != c.head_dim:
         raise ModelError("llama needs rope.dimension_count (%d) == head_dim (%d)"
                          % (c.n_rot, c.head_dim))
-    c.rope_freq_base = float(_meta(g, p + "rope.freq_base", "float", default=10000.0))
-    c.rope_scaling_type = _meta(g, p + "rope.scaling.type", "str", default="linear")
+    c.rope_freq_base = float(meta.get(p + "rope.freq_base", "float", default=10000.0))
+    c.rope_scaling_type = meta.get(p + "rope.scaling.type", "str", default="linear")
     if c.rope_scaling_type not in ("none", "linear"):
         raise ModelError("rope.scaling.type '%s' is not supported (none, linear are)"
                          % c.rope_scaling_type)
-    factor = _meta(g, p + "rope.scaling.factor", "float") or 0.0
+    factor = meta.get(p + "rope.scaling.factor", "float") or 0.0
     if factor == 0.0:
-        factor = _meta(g, p + "rope.scale_linear", "float") or 0.0
+        factor = meta.get(p + "rope.scale_linear", "float") or 0.0
     # As llama.cpp: no factor (or 0) means 1; scaling type 'none' never scales.
     c.rope_freq_scale = 1.0 if factor == 0.0 else 1.0 / float(factor)
     if c.rope_scaling_type == "none":
         c.rope_freq_scale = 1.0
-    c.has_rope_freqs = "rope_freqs.weight" in g.tensors
+    c.has_rope_freqs = "rope_freqs.weight" in meta.g.tensors
 
 
 # --- weights -------------------------------------------------------------------------------------
@@ -447,9 +452,11 @@ def describe(m):
     """One line summarizing the model config and weight types."""
     c = m.config
     types = sorted({ggml_type_name(t.ggml_type) for t in m.gguf.tensors.values()})
+    ffn = ("n_ff=%s" % (c.n_ff[0] if len(set(c.n_ff)) == 1 else c.n_ff) if not c.n_expert else
+           "experts=%d used=%d n_ff_exp=%d" % (c.n_expert, c.n_expert_used, c.n_ff_exp))
     return ("arch=%s n_vocab=%d n_embd=%d n_layer=%d n_head=%d n_head_kv=%d head_dim=%d/%d "
-            "n_ff=%s n_rot=%d rope=%s base=%g freq_scale=%g rope_freqs=%s eps=%g types=%s"
+            "%s n_rot=%d rope=%s base=%g freq_scale=%g rope_freqs=%s eps=%g types=%s"
             % (c.arch, c.n_vocab, c.n_embd, c.n_layer, c.n_head, c.n_head_kv, c.head_dim,
-               c.head_dim_v, c.n_ff[0] if len(set(c.n_ff)) == 1 else c.n_ff, c.n_rot,
+               c.head_dim_v, ffn, c.n_rot,
                "norm" if c.rope_type == ROPE_TYPE_NORM else "neox", c.rope_freq_base,
                c.rope_freq_scale, c.has_rope_freqs, c.rms_eps, ",".join(types)))

@@ -22,7 +22,11 @@ import numpy as np  # noqa: E402
 
 from dump_formats import KIND_PROMPT, LogitsDump, write_layer, write_logits  # noqa: E402
 from gguf_ref import GGUFError  # noqa: E402
-from model_ref import ModelError, describe, forward, load_model, log  # noqa: E402
+from model_ref import ModelError, describe, forward, load_model  # noqa: E402
+
+
+def log(msg):
+    print("ref: " + msg, file=sys.stderr)
 
 
 def parse_tokens(s):
@@ -40,6 +44,8 @@ def run(args):
     t0 = time.time()
     model = load_model(args.model)
     log(describe(model))
+    if model.config.defaults_used:
+        log("defaults for absent keys: %s" % ", ".join(model.config.defaults_used))
     layer_sink = None
     if args.dump_layers:
         os.makedirs(args.dump_layers, exist_ok=True)

@@ -1,0 +1,170 @@
+/* Matrix multiplication of a ROWS-layout weight by a batch of activations (see matmul.h).
+ *
+ * kern_matmul runs two pool jobs: the q8x quantization of the input (only when the weight type
+ * needs it and the input's q8 copy is stale), then the product. The product splits the output
+ * features n across threads (contiguous row ranges, so each thread streams its own part of the
+ * weight once for m = 1). For m > 1 a thread walks its rows in cache blocks: a block of weight
+ * rows (MM_W_BLOCK_BYTES) times a block of activation rows (MM_X_BLOCK_ROWS), and inside it the
+ * ISA's gemm kernel keeps register tiles of weight rows x activation rows, so a weight byte read
+ * from memory serves every token of the block while it stays in cache. */
+#include "matmul.h"
+
+#include "base.h"
+#include "cpu.h"
+
+/* Weight rows per cache block: about this many bytes, so the block stays in L2 while every
+ * activation block passes over it. */
+#define MM_W_BLOCK_BYTES (192 * 1024)
+/* Activation rows per cache block. */
+#define MM_X_BLOCK_ROWS 64
+/* Output rows per thread range are multiples of this: whole cache lines of y per thread and
+ * whole register tiles. */
+#define MM_ROW_ALIGN 16
+/* Inputs smaller than this (m * k values) are quantized by the caller alone: a pool wake-up
+ * costs more than the work. */
+#define MM_QUANT_INLINE_VALUES (32 * 1024)
+
+const char *weight_layout_name(enum weight_layout l) {
+    switch (l) {
+    case WEIGHT_LAYOUT_NONE: return "none";
+    case WEIGHT_LAYOUT_ROWS: return "rows";
+    }
+    return "unknown";
+}
+
+struct weight weight_rows(enum dtype type, int64_t k, int64_t n, const void *data) {
+    const struct dtype_info *info = dtype_get((uint32_t)type);
+    NM_ASSERT(info != NULL);
+    NM_ASSERT(k > 0 && k % info->blck_size == 0 && n >= 0);
+    return (struct weight){
+        .layout = WEIGHT_LAYOUT_ROWS,
+        .type = type,
+        .k = k,
+        .n = n,
+        .row_bytes = dtype_row_size(type, k),
+        .data = data,
+    };
+}
+
+size_t act_q8_bytes(int m, int64_t k) {
+    NM_ASSERT(m >= 0 && k >= 0);
+    return (size_t)m * (size_t)((k + QK8X - 1) / QK8X) * sizeof(block_q8x);
+}
+
+/* Checks shared by both entry points (tier 1: a mismatch is a bug of the caller). */
+static void mm_check(const struct weight *w, const struct act *x, const float *y, int64_t ldy) {
+    NM_ASSERT(w != NULL && x != NULL);
+    NM_ASSERT(w->layout == WEIGHT_LAYOUT_ROWS);
+    const struct dtype_info *info = dtype_get((uint32_t)w->type);
+    NM_ASSERT(info != NULL);
+    NM_ASSERT(x->k == w->k);
+    NM_ASSERT(w->k > 0 && w->k % info->blck_size == 0);
+    NM_ASSERT(w->row_bytes == dtype_row_size(w->type, w->k));
+    NM_ASSERT(x->m >= 0 && w->n >= 0);
+    NM_ASSERT(ldy >= w->n);
+    NM_ASSERT(x->m == 0 || (y != NULL && x->f32 != NULL));
+    if (dtype_uses_q8x(w->type)) NM_ASSERT(w->k % QK8X == 0 && (x->m == 0 || x->q8 != NULL));
+}
+
+struct mm_job {
+    const struct kern_isa *isa;
+    const struct weight *w;
+    const struct act *x;
+    const void *xa;  /* activation rows as the kernel reads them: q8 or f32 */
+    size_t xs;       /* bytes between activation rows */
+    float *y;
+    int64_t ldy;
+};
+
+/* Quantize blocks [lo, hi) of the flattened [m][k/32] q8x array. */
+static void mm_quant_range(const struct mm_job *j, long lo, long hi) {
+    const int64_t nb = j->x->k / QK8X;
+    while (lo < hi) {
+        const long row = lo / nb, b = lo % nb;
+        const long end = NM_MIN(hi, (row + 1) * nb);
+        j->isa->quantize_act_q8x(j->x->f32 + row * j->x->k + b * QK8X, j->x->q8 + lo,
+                                 (int64_t)(end - lo) * QK8X);
+        lo = end;
+    }
+}
+
+static void mm_quant_job(void *ctx, int ith, int nth) {
+    const struct mm_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->x->m * (long)(j->x->k / QK8X), 1, ith, nth, &lo, &hi);
+    mm_quant_range(j, lo, hi);
+}
+
+static void mm_rows(const struct mm_job *j, long lo, long hi) {
+    const struct weight *w = j->w;
+    const int m = j->x->m;
+    const uint8_t *wd = w->data;
+    const uint8_t *xa = j->xa;
+    void (*gemm)(int64_t, const void *, size_t, int, const void *, size_t, int, float *, int64_t) =
+        j->isa->gemm[w->type];
+    if (m == 1) {
+        gemm(w->k, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo), xa, j->xs, 1,
+             j->y + lo, j->ldy);
+        return;
+    }
+    long wblock = (long)(MM_W_BLOCK_BYTES / w->row_bytes) / MM_ROW_ALIGN * MM_ROW_ALIGN;
+    if (wblock < MM_ROW_ALIGN) wblock = MM_ROW_ALIGN;
+    for (long r0 = lo; r0 < hi; r0 += wblock) {
+        const int nr = (int)NM_MIN(wblock, hi - r0);
+        for (int c0 = 0; c0 < m; c0 += MM_X_BLOCK_ROWS) {
+            const int nc = NM_MIN(MM_X_BLOCK_ROWS, m - c0);
+            gemm(w->k, wd + (size_t)r0 * w->row_bytes, w->row_bytes, nr, xa + (size_t)c0 * j->xs,
+                 j->xs, nc, j->y + (int64_t)c0 * j->ldy + r0, j->ldy);
+        }
+    }
+}
+
+static void mm_job_run(void *ctx, int ith, int nth) {
+    const struct mm_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->w->n, MM_ROW_ALIGN, ith, nth, &lo, &hi);
+    if (lo < hi) mm_rows(j, lo, hi);
+}
+
+void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy) {
+    mm_check(w, x, y, ldy);
+    if (x->m == 0 || w->n == 0) return;
+    struct mm_job j = {.isa = kern_isa_get(), .w = w, .x = x, .y = y, .ldy = ldy};
+    if (dtype_uses_q8x(w->type)) {
+        if (!x->q8_ready) {
+            if (pool == NULL || (int64_t)x->m * x->k < MM_QUANT_INLINE_VALUES)
+                mm_quant_range(&j, 0, (long)x->m * (long)(x->k / QK8X));
+            else
+                pool_run(pool, mm_quant_job, &j);
+            x->q8_ready = true;
+        }
+        j.xa = x->q8;
+        j.xs = (size_t)(x->k / QK8X) * sizeof(block_q8x);
+    } else {
+        j.xa = x->f32;
+        j.xs = (size_t)x->k * sizeof(float);
+    }
+    if (pool == NULL)
+        mm_job_run(&j, 0, 1);
+    else
+        pool_run(pool, mm_job_run, &j);
+}
+
+void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ldy) {
+    mm_check(w, x, y, ldy);
+    if (x->m == 0 || w->n == 0) return;
+    const int64_t k = w->k;
+    const uint8_t *wd = w->data;
+    const bool q8 = dtype_uses_q8x(w->type);
+    if (q8 && !x->q8_ready) {
+        for (int i = 0; i < x->m; i++)
+            quantize_act_q8x_ref(x->f32 + (int64_t)i * k, x->q8 + (int64_t)i * (k / QK8X), k);
+        x->q8_ready = true;
+    }
+    for (int i = 0; i < x->m; i++) {
+        const void *a = q8 ? (const void *)(x->q8 + (int64_t)i * (k / QK8X))
+                           : (const void *)(x->f32 + (int64_t)i * k);
+        for (int64_t r = 0; r < w->n; r++)
+            y[(int64_t)i * ldy + r] = vec_dot_ref(w->type, k, wd + (size_t)r * w->row_bytes, a);
+    }
+}

@@ -1,0 +1,29 @@
+/* AVX-512 quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
+ * the same float operations (amax / 127, 1 / d, x * (1 / d)) and the same rounding (to nearest
+ * even, the MXCSR default that vcvtps2dq uses and nearbyintf follows). */
+#include <math.h>
+
+#include "avx512.h"
+#include "simd.h"
+
+static void quantize_act_q8x_avx512(const float *x, block_q8x *y, int64_t n) {
+    NM_ASSERT(n % QK8X == 0);
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t i = 0; i < n / QK8X; i++, x += QK8X) {
+        const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+        const __m512 amax16 = _mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1));
+        const float amax = _mm512_reduce_max_ps(amax16);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (isinf(id)) d = id = 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, vid));
+        const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, vid));
+        _mm_storeu_si128((__m128i *)y[i].qs, _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(y[i].qs + 16), _mm512_cvtsepi32_epi8(q1));
+        y[i].d = d;
+        y[i].isum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
+void avx512_fill_act(struct kern_isa *t) { t->quantize_act_q8x = quantize_act_q8x_avx512; }

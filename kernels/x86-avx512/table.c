@@ -1,0 +1,9 @@
+/* The avx512 kernel table: each kernel file fills the slots it implements. */
+#include "avx512.h"
+
+void kern_isa_avx512_fill(struct kern_isa *t) {
+    avx512_fill_q(t);
+    avx512_fill_k(t);
+    avx512_fill_f(t);
+    avx512_fill_act(t);
+}

@@ -1,0 +1,220 @@
+/* Collectives benchmark in the style of the OSU micro-benchmarks (osu_allreduce,
+ * osu_allgather): latency per message size, 4 B to 64 MiB, for each numallm transport side by
+ * side with Open MPI's own MPI_Allreduce / MPI_Allgather in the same run. For each size and
+ * column: a barrier, warm-up iterations (not timed), then `iters` back-to-back operations
+ * timed as a whole; the per-rank mean is reported as average, minimum and maximum over ranks.
+ * Next to it: the speedup of each transport over MPI, its bandwidth (bytes / time) and memcpy's
+ * bandwidth for the same size with every rank copying at once (the ceiling for large sizes).
+ *
+ * Usage: mpirun -np N [--bind-to core] bench_coll [-o allreduce|allgather|all]
+ *        [-m MAX_BYTES] [-i ITER_SCALE] [-t shm,mpi]
+ * Allgather sizes are bytes per rank (as OSU's), up to MAX_BYTES / N so that the gathered
+ * buffer stays within MAX_BYTES. Not a test: timings are printed, never asserted. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <dirent.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "coll.h"
+
+#ifndef NM_HAVE_MPI
+int main(void) {
+    fprintf(stderr, "bench_coll: numallm was built without MPI; nothing to compare\n");
+    return 77;
+}
+#else
+#include <mpi.h>
+
+enum col_kind { COL_TRANSPORT, COL_MPI, COL_MEMCPY };
+struct column {
+    enum col_kind kind;
+    struct coll *c; /* COL_TRANSPORT */
+    const char *name;
+};
+
+static int g_rank, g_size;
+
+static void machine_facts(struct column *cols, int ncols) {
+    char cpu[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+                snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+                cpu[strcspn(cpu, "\n")] = 0;
+                break;
+            }
+        fclose(f);
+    }
+    int nodes = 0;
+    DIR *d = opendir("/sys/devices/system/node");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (!strncmp(e->d_name, "node", 4) && e->d_name[4] >= '0' && e->d_name[4] <= '9') nodes++;
+        closedir(d);
+    }
+    cpu_set_t set;
+    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1, most = 0, least = 0;
+    MPI_Reduce(&mine, &most, 1, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&mine, &least, 1, MPI_INT, MPI_MIN, 0, MPI_COMM_WORLD);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len;
+    MPI_Get_library_version(lib, &len);
+    lib[strcspn(lib, ",\n")] = 0;
+    char host[128] = "";
+    gethostname(host, sizeof host - 1);
+    if (g_rank) return;
+    printf("# numallm bench_coll (OSU style: warm-up excluded; latency = mean per rank over the "
+           "timed iterations; avg/min/max over ranks)\n");
+    printf("# host %s, CPU %s, %ld CPUs online, %d NUMA node(s)\n", host, cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), nodes);
+    printf("# %d ranks, CPUs each rank may run on: %d..%d; %s\n", g_size, least, most, lib);
+    printf("# columns:");
+    for (int i = 0; i < ncols; i++) printf(" %s", cols[i].name);
+    printf("\n");
+}
+
+static int iters_for(size_t bytes, double scale) {
+    double it = (double)(256u << 20) / (double)(bytes ? bytes : 1);
+    it = it > 1000 ? 1000 : it < 10 ? 10 : it;
+    it *= scale;
+    return it < 2 ? 2 : (int)it;
+}
+
+enum op { OP_ALLREDUCE, OP_ALLGATHER };
+
+/* One operation of size bytes (allreduce: the vector; allgather: per rank) on a column. */
+static void run_once(const struct column *col, enum op op, size_t bytes, void *in, void *out) {
+    switch (col->kind) {
+    case COL_TRANSPORT:
+        if (op == OP_ALLREDUCE)
+            coll_allreduce_sum_f32(col->c, in, out, bytes / sizeof(float));
+        else
+            coll_allgather(col->c, in, bytes, out);
+        break;
+    case COL_MPI:
+        if (op == OP_ALLREDUCE)
+            MPI_Allreduce(in, out, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+            MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+        break;
+    case COL_MEMCPY:
+        memcpy(out, in, bytes);
+        break;
+    }
+}
+
+/* Mean seconds per operation on this rank. */
+static double time_column(const struct column *col, enum op op, size_t bytes, void *in, void *out,
+                          int iters) {
+    int warmup = iters / 10 + 2;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < warmup; i++) run_once(col, op, bytes, in, out);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; i++) run_once(col, op, bytes, in, out);
+    return (MPI_Wtime() - t0) / iters;
+}
+
+static void bench_op(enum op op, struct column *cols, int ncols, size_t max_bytes, double scale) {
+    size_t top = op == OP_ALLGATHER ? max_bytes / (size_t)g_size : max_bytes;
+    size_t out_bytes = op == OP_ALLGATHER ? top * (size_t)g_size : top;
+    float *in = nm_alloc(top, 64, "bench input"), *out = nm_alloc(out_bytes, 64, "bench output");
+    for (size_t i = 0; i < top / sizeof(float); i++) in[i] = 1.0f;
+    memset(out, 1, out_bytes); /* fault every page in before timing */
+    int mpi_col = -1;
+    for (int i = 0; i < ncols; i++)
+        if (cols[i].kind == COL_MPI) mpi_col = i;
+    if (!g_rank) {
+        printf("\n# %s, %d ranks: latency in us (avg min max over ranks); speedup = MPI avg / "
+               "transport avg; GB/s = size / avg time%s\n",
+               op == OP_ALLREDUCE ? "allreduce sum f32" : "allgather (size = bytes per rank)",
+               g_size, op == OP_ALLGATHER ? " (per-rank bytes)" : "");
+        printf("%10s", "size(B)");
+        for (int i = 0; i < ncols; i++)
+            if (cols[i].kind != COL_MEMCPY)
+                printf(" | %-13s %8s %8s", cols[i].name, "min", "max");
+        for (int i = 0; i < ncols; i++)
+            if (cols[i].kind == COL_TRANSPORT) printf(" | %4s x   GB/s", cols[i].name);
+        printf(" | memcpy GB/s\n");
+    }
+    for (size_t bytes = 4; bytes <= top; bytes *= 2) {
+        int iters = iters_for(bytes, scale);
+        double avg[8] = {0}, mn[8] = {0}, mx[8] = {0};
+        for (int i = 0; i < ncols; i++) {
+            double t = time_column(&cols[i], op, bytes, in, out, iters), sum = 0;
+            MPI_Reduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            MPI_Reduce(&t, &mn[i], 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+            MPI_Reduce(&t, &mx[i], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            avg[i] = sum / g_size;
+        }
+        if (g_rank) continue;
+        printf("%10zu", bytes);
+        for (int i = 0; i < ncols; i++)
+            if (cols[i].kind != COL_MEMCPY)
+                printf(" | %13.2f %8.2f %8.2f", avg[i] * 1e6, mn[i] * 1e6, mx[i] * 1e6);
+        for (int i = 0; i < ncols; i++)
+            if (cols[i].kind == COL_TRANSPORT)
+                printf(" | %6.2f %6.2f", mpi_col >= 0 ? avg[mpi_col] / avg[i] : 0.0,
+                       (double)bytes / avg[i] * 1e-9);
+        for (int i = 0; i < ncols; i++)
+            if (cols[i].kind == COL_MEMCPY) printf(" | %8.2f", (double)bytes / avg[i] * 1e-9);
+        printf("\n");
+        fflush(stdout);
+    }
+    nm_free(in);
+    nm_free(out);
+}
+
+int main(int argc, char **argv) {
+    const char *ops = "all", *transports = "shm,mpi";
+    size_t max_bytes = 64u << 20;
+    double scale = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc)
+            ops = argv[++i];
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc)
+            max_bytes = (size_t)strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc)
+            scale = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            transports = argv[++i];
+        else
+            nm_fatal("usage: %s [-o allreduce|allgather|all] [-m MAX_BYTES] [-i ITER_SCALE] "
+                     "[-t shm,mpi]", argv[0]);
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (getenv("NM_COLL")) {
+        if (!g_rank) nm_log_warn("bench_coll: ignoring NM_COLL; -t chooses the transports");
+        unsetenv("NM_COLL");
+    }
+    struct column cols[8];
+    int ncols = 0;
+    char list[128];
+    snprintf(list, sizeof list, "%s", transports);
+    for (char *save, *t = strtok_r(list, ",", &save); t && ncols < 6; t = strtok_r(NULL, ",", &save)) {
+        struct coll_options o = {.transport = !strcmp(t, "shm")      ? COLL_TRANSPORT_SHM
+                                              : !strcmp(t, "mpi")    ? COLL_TRANSPORT_MPI
+                                              : !strcmp(t, "single") ? COLL_TRANSPORT_SINGLE
+                                                                     : COLL_TRANSPORT_AUTO,
+                                 .quiet = g_rank != 0};
+        cols[ncols++] = (struct column){COL_TRANSPORT, coll_init(&o), t};
+    }
+    cols[ncols++] = (struct column){COL_MPI, NULL, "MPI"};
+    cols[ncols++] = (struct column){COL_MEMCPY, NULL, "memcpy"};
+    machine_facts(cols, ncols);
+    if (strcmp(ops, "allgather")) bench_op(OP_ALLREDUCE, cols, ncols, max_bytes, scale);
+    if (strcmp(ops, "allreduce")) bench_op(OP_ALLGATHER, cols, ncols, max_bytes, scale);
+    for (int i = 0; i < ncols; i++)
+        if (cols[i].kind == COL_TRANSPORT) coll_free(cols[i].c);
+    MPI_Finalize();
+    return 0;
+}
+#endif

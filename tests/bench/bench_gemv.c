@@ -1,0 +1,175 @@
+/* kern_matmul throughput per weight type and shape:
+ *  - m = 1 (decode GEMV): GB/s of weight bytes read, next to the STREAM read bandwidth measured
+ *    in the same run with the same threads (the ceiling: decode is memory bound). Enough copies
+ *    of the weight are cycled (>= 512 MiB in all) that every call reads it from DRAM, not L3.
+ *  - m = 512 (prefill GEMM): GFLOP/s (2 m n k flops per call), one weight copy.
+ * The activation's q8x copy is made once and reused (q8_ready), as a decode step shares it
+ * between Q/K/V and gate/up; the quantization is not timed. One warm-up pass is excluded; the
+ * median of the repetitions is reported with min and max. Threads are bound to cpus 0..t-1.
+ *
+ *   bench_gemv [-t max_threads] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
+ *
+ * Shapes are K x N: K input features (row length), N output features (rows). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base.h"
+#include "cpu.h"
+#include "matmul.h"
+#include "pool.h"
+
+double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
+
+static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16,
+                                     DTYPE_BF16, DTYPE_F32,  DTYPE_Q4_1, DTYPE_Q5_K};
+static const int64_t k_shapes[][2] = {{896, 4864}, {4864, 896}, {2048, 8192}, {4096, 14336}};
+
+#define COPY_BYTES_MIN ((size_t)512 << 20)
+
+static uint64_t g_rng = 0x1234567;
+static uint64_t rng(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+/* Random codes with small finite scales (speed of generation matters, not the values). */
+static void fill_weight(enum dtype t, uint8_t *p, int64_t k, int64_t n) {
+    const size_t bytes = dtype_row_size(t, k) * (size_t)n;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t v = rng();
+        memcpy(p + i, &v, 8);
+    }
+    const struct dtype_info *info = dtype_get((uint32_t)t);
+    const size_t nblk = bytes / (size_t)info->type_size;
+    const uint16_t h = fp32_to_fp16(0.01f), b = fp32_to_bf16(0.01f);
+    for (size_t i = 0; i < nblk; i++) {
+        uint8_t *blk = p + i * (size_t)info->type_size;
+        switch (t) {
+        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, &h, 2); break;
+        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h, 2); break;
+        case DTYPE_Q6_K: memcpy(blk + 208, &h, 2); break;
+        case DTYPE_F16: memcpy(blk, &h, 2); break;
+        case DTYPE_BF16: memcpy(blk, &b, 2); break;
+        case DTYPE_F32: { float f = 0.01f * (float)(int)(rng() % 200 - 100); memcpy(blk, &f, 4); break; }
+        default: break;
+        }
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static void stats(double *v, int n, double *med, double *lo, double *hi) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *lo = v[0];
+    *hi = v[n - 1];
+}
+
+static bool in_list(const char *list, const char *word) {
+    if (!list) return true;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+        if (strcasecmp(tok, word) == 0) return true;
+    return false;
+}
+
+int main(int argc, char **argv) {
+    int max_threads = 2, reps = 10, m_gemm = 512;
+    const char *types = NULL, *shapes = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-t")) max_threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-T")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "-S")) shapes = argv[i + 1];
+        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [-t max_threads] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    const struct kern_isa *isa = kern_isa_get();
+    printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
+           " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
+           isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
+    for (int nth = 1; nth <= max_threads; nth++) {
+        int cpus[256];
+        for (int i = 0; i < nth; i++) cpus[i] = i;
+        struct pool *pool = pool_init(nth, cpus);
+        double slo, shi, stream = bench_stream_measure(pool, (size_t)1 << 30, 5, &slo, &shi);
+        printf("\n## threads=%d  stream read bandwidth: %.2f GB/s (min %.2f, max %.2f)\n", nth, stream, slo, shi);
+        printf("%-5s %-11s %9s %9s %9s %9s %7s | %10s %9s\n", "type", "KxN", "gemv_us", "GB/s",
+               "min", "max", "%strm", "gemm_ms", "GFLOP/s");
+        for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
+            const enum dtype t = k_types[ti];
+            const struct dtype_info *info = dtype_get((uint32_t)t);
+            if (!in_list(types, info->name)) continue;
+            for (size_t si = 0; si < NM_ARRAY_LEN(k_shapes); si++) {
+                const int64_t k = k_shapes[si][0], n = k_shapes[si][1];
+                char shape[32];
+                snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, k, n);
+                if (!in_list(shapes, shape)) continue;
+                if (k % info->blck_size) {
+                    printf("%-5s %-11s   (K is not a multiple of %d: no such tensor)\n", info->name, shape, info->blck_size);
+                    continue;
+                }
+                const size_t wbytes = dtype_row_size(t, k) * (size_t)n;
+                const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + wbytes - 1) / wbytes);
+                uint8_t *wmem = nm_alloc(wbytes * copies, 4096, "bench weights");
+                fill_weight(t, wmem, k, n);
+                for (int c = 1; c < copies; c++) memcpy(wmem + wbytes * c, wmem, wbytes);
+                struct weight *w = calloc((size_t)copies, sizeof *w);
+                for (int c = 0; c < copies; c++) w[c] = weight_rows(t, k, n, wmem + wbytes * c);
+
+                /* GEMV */
+                float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "bench x");
+                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(rng() % 2001) - 1000) * 1e-3f;
+                block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "bench q8");
+                float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "bench y");
+                struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};
+                double *v = calloc((size_t)reps, sizeof(double));
+                for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], &x1, y, n); /* warm-up */
+                for (int r = 0; r < reps; r++) {
+                    uint64_t t0 = nm_time_ns();
+                    for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], &x1, y, n);
+                    v[r] = (double)(nm_time_ns() - t0) / copies; /* ns per call */
+                }
+                double med, lo, hi;
+                stats(v, reps, &med, &lo, &hi);
+                const double gbs = wbytes / med, gbs_lo = wbytes / hi, gbs_hi = wbytes / lo;
+
+                /* GEMM */
+                struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
+                const int greps = NM_MAX(1, reps / 3);
+                kern_matmul(pool, &w[0], &xm, y, n); /* warm-up; quantizes once */
+                for (int r = 0; r < greps; r++) {
+                    uint64_t t0 = nm_time_ns();
+                    kern_matmul(pool, &w[0], &xm, y, n);
+                    v[r] = (double)(nm_time_ns() - t0);
+                }
+                double gmed, glo, ghi;
+                stats(v, greps, &gmed, &glo, &ghi);
+                const double gflops = 2.0 * m_gemm * (double)n * (double)k / gmed;
+                printf("%-5s %-11s %9.1f %9.2f %9.2f %9.2f %6.0f%% | %10.2f %9.1f\n", info->name,
+                       shape, med * 1e-3, gbs, gbs_lo, gbs_hi, 100.0 * gbs / stream, gmed * 1e-6, gflops);
+                fflush(stdout);
+                free(v);
+                free(w);
+                nm_free(wmem);
+                nm_free(x);
+                nm_free(q8);
+                nm_free(y);
+            }
+        }
+        pool_free(pool);
+    }
+    return 0;
+}

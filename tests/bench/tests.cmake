@@ -1,0 +1,8 @@
+# tests/bench/: benchmarks, plain executables (not ctest tests: timings are not assertions).
+# Kernels: bench_stream (read bandwidth) and bench_gemv (kern_matmul GEMV GB/s vs stream,
+# GEMM GFLOP/s); results in tests/bench/RESULTS.md.
+add_executable(bench_stream ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
+target_link_libraries(bench_stream PRIVATE nm_kernels)
+add_executable(bench_gemv ${CMAKE_CURRENT_LIST_DIR}/bench_gemv.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
+target_compile_definitions(bench_gemv PRIVATE BENCH_STREAM_NO_MAIN)
+target_link_libraries(bench_gemv PRIVATE nm_kernels)

@@ -1,0 +1,76 @@
+# Collectives (collectives/): every operation, dtype and size from 1 element to 64 MiB, exact
+# results, for every transport with 1 to 4 ranks under mpirun (oversubscribed: CI has 2 cores);
+# jobs in which one rank dies, stalls or calls the wrong collective must end quickly with a
+# message naming it. The benchmark bench_coll is built here but is not a test.
+nm_add_test(test_coll_reduce SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_coll_reduce.c
+            LIBS nm_collectives LABELS collectives)
+# Without a launcher: the single transport, which must never initialize MPI.
+nm_add_test(test_coll SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_coll.c
+            LIBS nm_collectives LABELS collectives ARGS --max-mib 64 --expect single)
+set_tests_properties(test_coll PROPERTIES ENVIRONMENT "NM_COLL=auto")
+add_executable(test_coll_fail ${CMAKE_CURRENT_LIST_DIR}/test_coll_fail.c)
+target_link_libraries(test_coll_fail PRIVATE nm_collectives)
+add_executable(bench_coll ${CMAKE_SOURCE_DIR}/tests/bench/bench_coll.c)
+target_link_libraries(bench_coll PRIVATE nm_collectives)
+
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  set(NM_MPIRUN ${MPIEXEC_EXECUTABLE})
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version
+                  ERROR_VARIABLE _mpiexec_version)
+  if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    list(APPEND NM_MPIRUN --oversubscribe)
+    execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(_uid STREQUAL "0")
+      list(APPEND NM_MPIRUN --allow-run-as-root)
+    endif()
+  endif()
+  set(NM_MPIRUN ${NM_MPIRUN} CACHE INTERNAL "mpirun command line for tests")
+
+  # name ranks transport extra-env args...
+  function(nm_coll_mpi_test name ranks transport env)
+    add_test(NAME ${name} COMMAND ${NM_MPIRUN} -np ${ranks} $<TARGET_FILE:test_coll> ${ARGN})
+    set_tests_properties(${name} PROPERTIES LABELS collectives PROCESSORS ${ranks} TIMEOUT 120
+                         ENVIRONMENT "NM_COLL=${transport};${env}")
+  endfunction()
+  foreach(ranks 1 2 3 4)
+    foreach(transport shm mpi)
+      # Up to 4 MiB here; the 16 and 64 MiB sizes in the coll_big_* entries.
+      nm_coll_mpi_test(coll_np${ranks}_${transport} ${ranks} ${transport} ""
+                       --max-mib 4 --expect ${transport})
+      nm_coll_mpi_test(coll_big_np${ranks}_${transport} ${ranks} ${transport} ""
+                       --min-mib 4.5 --expect ${transport})
+    endforeach()
+  endforeach()
+  # auto: one rank is single (no MPI), several on one host are shm. Small slots and one-shot
+  # size put every chunking path under test with few bytes.
+  nm_coll_mpi_test(coll_np1_auto 1 auto "" --max-mib 1 --expect single)
+  nm_coll_mpi_test(coll_np3_auto_small_slots 3 auto
+                   "NM_COLL_SHM_SLOT_KB=4;NM_COLL_SHM_ONESHOT_KB=1" --max-mib 1 --expect shm)
+
+  # One rank fails: the job must end within the limit, naming the rank. Open MPI's mpirun
+  # itself aborts the job when a rank dies of a signal; the *_own tests switch that off
+  # (orte_abort_on_non_zero_status 0) so that only numallm's detection can end the job.
+  function(nm_coll_fail_test name ranks transport timeout mode victim max_s pattern)
+    add_test(NAME ${name}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run_fail.sh ${max_s} ${pattern}
+                     ${NM_MPIRUN} ${ARGN} -np ${ranks} $<TARGET_FILE:test_coll_fail> ${mode} ${victim})
+    set(env "NM_COLL=${transport}")
+    if(timeout)
+      list(APPEND env "NM_COLL_TIMEOUT_S=${timeout}")
+    endif()
+    set_tests_properties(${name} PROPERTIES LABELS collectives PROCESSORS ${ranks} TIMEOUT 90
+                         ENVIRONMENT "${env}")
+  endfunction()
+  nm_coll_fail_test(coll_fail_kill_shm 3 shm "" kill 2 10 "rank 2 .*(is gone|exited on signal)")
+  nm_coll_fail_test(coll_fail_kill_mpi 2 mpi "" kill 1 10 "rank 1 .*(made no progress|exited on signal)")
+  # The default timeout (5 s) must end a stalled job well within 10 s.
+  nm_coll_fail_test(coll_fail_stall_shm 3 shm "" stall 1 10 "rank 1 .*made no progress")
+  nm_coll_fail_test(coll_fail_stall_mpi 3 mpi 2 stall 2 10 "rank 2 made no progress")
+  nm_coll_fail_test(coll_fail_mismatch_shm 2 shm "" mismatch 1 10 "rank 1 and this rank disagree")
+  if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    nm_coll_fail_test(coll_fail_kill_shm_own 4 shm "" kill 3 10 "rank 3 \\(pid [0-9]+\\) is gone"
+                      --mca orte_abort_on_non_zero_status 0)
+    nm_coll_fail_test(coll_fail_kill_mpi_own 3 mpi 2 kill 0 10 "rank 0 made no progress"
+                      --mca orte_abort_on_non_zero_status 0)
+  endif()
+endif()

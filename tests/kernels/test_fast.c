@@ -1,0 +1,166 @@
+/* Every slot of the avx512 kernel table against its _ref twin on random data:
+ *  - quantize_act_q8x: bit-identical to quantize_act_q8x_ref (same float operations);
+ *  - vec_dot[t] and gemm[t] for every supported type, on rows of random bytes (all code
+ *    patterns; see krng_row) and on rows quantized from normal data, with many random K
+ *    (multiples of the block size: 1 block, odd counts, group tails) and, for gemm, nr/nc with
+ *    odd tails around the register tiles; outputs checked for NaN/inf, for a normalized error
+ *    under a per-type tolerance, and for writes outside y (guard values).
+ * Skips (exit 77) when the CPU cannot run the avx512 path.
+ *
+ * Options: --seed N, --type NAME (only that type), --iters N (trials per type). */
+#include "cpu.h"
+#include "ktest.h"
+
+/* Tolerances on |fast - ref| / sum|w_k a_k|. Both sides compute the same exact integer dot
+ * product of each block (or the same exact f32 products for float types: fp16/bf16 widening is
+ * exact); they differ only in how the float terms are rounded and summed: ref adds one term per
+ * block sequentially (error <= nb * 2^-24 * mag), fast sums 16 lanes in a tree and applies the
+ * offset terms (Q4_0: -8 d_w d_a isum, Q8_0: -128 ..., Q4_1: m d_a isum, K-quant mins) as a
+ * separate float sum, whose magnitude is within a small factor (<= 8x for Q4_0, <= 2x for
+ * Q8_0's +128 codes... bounded by 128/|q| for Q8_0) of mag. The largest row here has 512
+ * blocks: (512 + 16) * 6e-8 = 3.2e-5 in the worst case; random rounding is far smaller. */
+#define TOL_FLOAT 2e-5  /* f32/f16/bf16: fma vs mul+add, order */
+#define TOL_Q4 4e-5     /* q4_0/q4_1/k-quants: offset sum up to ~8x mag per block */
+#define TOL_Q8_0 2e-4   /* q8_0: the +128 code offset term can be ~128/|q| times a block's terms */
+
+static const struct { enum dtype t; double tol; } k_types[] = {
+    {DTYPE_Q4_0, TOL_Q4}, {DTYPE_Q8_0, TOL_Q8_0}, {DTYPE_Q4_K, TOL_Q4}, {DTYPE_Q6_K, TOL_Q4},
+    {DTYPE_F16, TOL_FLOAT}, {DTYPE_BF16, TOL_FLOAT}, {DTYPE_F32, TOL_FLOAT},
+    {DTYPE_Q4_1, TOL_Q4}, {DTYPE_Q5_K, TOL_Q4},
+};
+
+static int g_iters = 60;
+static const char *g_only = NULL;
+
+static void test_quantize_act(krng *r, const struct kern_isa *fast) {
+    for (int trial = 0; trial < 200; trial++) {
+        const int64_t n = 32 * (1 + krng_int(r, 200));
+        float *x = malloc(n * 4);
+        block_q8x *a = malloc((n / 32) * sizeof(block_q8x)), *b = malloc((n / 32) * sizeof(block_q8x));
+        krng_acts(r, x, n);
+        if (trial == 1) for (int64_t i = 0; i < n; i++) x[i] = 1e-39f * krng_sym(r); /* subnormal */
+        if (trial == 2) for (int64_t i = 0; i < n; i++) x[i] = 3e38f * krng_sym(r);  /* huge */
+        if (trial == 3) for (int64_t i = 0; i < n; i++) x[i] = (float)(krng_int(r, 255) - 127) * 0.5f; /* ties */
+        quantize_act_q8x_ref(x, a, n);
+        fast->quantize_act_q8x(x, b, n);
+        for (int64_t i = 0; i < n / 32; i++) {
+            if (memcmp(&a[i], &b[i], sizeof a[i]) != 0) {
+                ktest_fail("quantize_act_q8x trial %d n=%" PRId64 " block %" PRId64
+                           ": not bit-identical to ref (d %g vs %g, isum %d vs %d)",
+                           trial, n, i, a[i].d, b[i].d, a[i].isum, b[i].isum);
+                break;
+            }
+        }
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
+/* One gemm/vec_dot case: nr weight rows of length n, nc activation rows. */
+static void test_case(krng *r, const struct kern_isa *fast, enum dtype t, double tol, int64_t n,
+                      int nr, int nc, int quantized_rows, int trial) {
+    const size_t row_bytes = dtype_row_size(t, n);
+    const int q8 = dtype_uses_q8x(t);
+    const size_t act_bytes = q8 ? (size_t)(n / 32) * sizeof(block_q8x) : (size_t)n * 4;
+    uint8_t *w = malloc(row_bytes * nr);
+    float *x = malloc((size_t)n * nc * 4), *wf = malloc((size_t)n * 4), *af = malloc((size_t)n * 4);
+    uint8_t *act = malloc(act_bytes * nc);
+    if (quantized_rows) {
+        for (int i = 0; i < nr; i++) {
+            for (int64_t j = 0; j < n; j++) wf[j] = krng_normal(r);
+            quantize_row_ref(t, wf, w + row_bytes * i, n);
+        }
+    } else {
+        for (int i = 0; i < nr; i++) krng_row(r, t, w + row_bytes * i, n);
+    }
+    for (int c = 0; c < nc; c++) {
+        krng_acts(r, x + (size_t)c * n, n);
+        if (q8)
+            quantize_act_q8x_ref(x + (size_t)c * n, (block_q8x *)(act + act_bytes * c), n);
+        else
+            memcpy(act + act_bytes * c, x + (size_t)c * n, (size_t)n * 4);
+    }
+    /* y with guard columns (ldy > nr) and guard rows before and after */
+    const int64_t ldy = nr + 3, guard = 19;
+    const int64_t ytot = nc * ldy + 2 * guard;
+    float *ybuf = malloc(ytot * 4), *want = malloc((size_t)nr * nc * 4), *got = malloc((size_t)nr * nc * 4);
+    double *mag = malloc((size_t)nr * nc * sizeof(double));
+    kguard_fill(ybuf, ytot);
+    float *y = ybuf + guard;
+    fast->gemm[t](n, w, row_bytes, nr, act, act_bytes, nc, y, ldy);
+    for (int c = 0; c < nc; c++) {
+        kact_values(t, x + (size_t)c * n, (const block_q8x *)(act + act_bytes * c), af, n);
+        for (int i = 0; i < nr; i++) {
+            dequantize_row_ref(t, w + row_bytes * i, wf, n);
+            want[c * nr + i] = vec_dot_ref(t, n, w + row_bytes * i, act + act_bytes * c);
+            got[c * nr + i] = y[c * ldy + i];
+            mag[c * nr + i] = kmag(wf, af, n);
+        }
+    }
+    kcheck(got, want, mag, (int64_t)nr * nc, tol,
+           "gemm %s n=%" PRId64 " nr=%d nc=%d %s rows trial %d", dtype_get(t)->name, n, nr, nc,
+           quantized_rows ? "quantized" : "random-byte", trial);
+    int64_t bad = kguard_count_bad(ybuf, guard) + kguard_count_bad(y + nc * ldy, guard);
+    for (int c = 0; c < nc; c++) bad += kguard_count_bad(y + c * ldy + nr, ldy - nr);
+    if (bad)
+        ktest_fail("gemm %s n=%" PRId64 " nr=%d nc=%d trial %d: %" PRId64 " guard values overwritten",
+                   dtype_get(t)->name, n, nr, nc, trial, bad);
+    /* vec_dot on the first row / activation */
+    const float vd = fast->vec_dot[t](n, w, act);
+    kcheck(&vd, &want[0], &mag[0], 1, tol, "vec_dot %s n=%" PRId64 " trial %d", dtype_get(t)->name, n, trial);
+    free(w);
+    free(x);
+    free(wf);
+    free(af);
+    free(act);
+    free(ybuf);
+    free(want);
+    free(got);
+    free(mag);
+}
+
+static void test_type(krng *r, const struct kern_isa *fast, enum dtype t, double tol) {
+    const int blk = dtype_get(t)->blck_size;
+    /* K in blocks of the type (float types: any length, stepping through the 16-lane tails) */
+    static const int kblocks_small[] = {1, 2, 3, 5, 15, 16, 17, 31, 33, 47};
+    static const int kblocks_k[] = {1, 2, 3, 5, 7, 9, 16};
+    for (int trial = 0; trial < g_iters; trial++) {
+        int64_t n;
+        if (blk == 1)
+            n = trial < 40 ? 1 + trial : 16 * krng_int(r, 300) + krng_int(r, 16) + 1;
+        else if (blk == 32)
+            n = 32 * (trial < (int)NM_ARRAY_LEN(kblocks_small) ? kblocks_small[trial] : 1 + krng_int(r, 160));
+        else
+            n = 256 * (trial < (int)NM_ARRAY_LEN(kblocks_k) ? kblocks_k[trial] : 1 + krng_int(r, 20));
+        if (trial == g_iters - 1) n = blk == 1 ? 8192 : blk * (8192 / blk) * 2; /* one long row */
+        const int nr = 1 + krng_int(r, 13);
+        const int nc = trial % 5 == 0 ? 1 : 1 + krng_int(r, 9);
+        test_case(r, fast, t, tol, n, nr, nc, trial & 1, trial);
+        if (ktest_failures > 20) return;
+    }
+}
+
+int main(int argc, char **argv) {
+    ktest_init(argc, argv);
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--type") == 0) g_only = argv[i + 1];
+        if (strcmp(argv[i], "--iters") == 0) g_iters = atoi(argv[i + 1]);
+    }
+    const char *why = NULL;
+    const struct kern_isa *fast = kern_isa_find("avx512", &why);
+    if (!fast) {
+        printf("test_fast: SKIP: the avx512 path cannot run here: %s\n", why);
+        return KTEST_SKIP;
+    }
+    krng r = {ktest_seed};
+    test_quantize_act(&r, fast);
+    for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
+        if (g_only && strcasecmp(g_only, dtype_get(k_types[i].t)->name) != 0) continue;
+        ktest_worst_err = 0.0;
+        test_type(&r, fast, k_types[i].t, k_types[i].tol);
+        printf("  %-5s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",
+               dtype_get(k_types[i].t)->name, ktest_worst_err, k_types[i].tol);
+    }
+    return ktest_finish("test_fast");
+}

@@ -1,0 +1,12 @@
+# tests/kernels/: the kernels against their _ref twins and hand-pinned values (ctest -L kernels).
+set(NM_KTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+nm_add_test(test_kernels_types SOURCES ${NM_KTEST_DIR}/test_types.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_dequant SOURCES ${NM_KTEST_DIR}/test_dequant.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_quant SOURCES ${NM_KTEST_DIR}/test_quant.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_fast SOURCES ${NM_KTEST_DIR}/test_fast.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_matmul SOURCES ${NM_KTEST_DIR}/test_matmul.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_checker SOURCES ${NM_KTEST_DIR}/test_checker.c LIBS nm_kernels LABELS kernels)
+# kern_matmul again with the reference path forced (NM_ISA=ref): the fallback must be right too.
+add_test(NAME test_kernels_matmul_isa_ref COMMAND test_kernels_matmul)
+set_tests_properties(test_kernels_matmul_isa_ref PROPERTIES ENVIRONMENT NM_ISA=ref
+                     SKIP_RETURN_CODE 77 LABELS kernels)

@@ -1,0 +1,15 @@
+# The whole model against the independent reference implementation (tests/reference, Python +
+# numpy in float64): every tiny preset in every supported weight type. On failure the test
+# names the first layer that diverges.
+set(NM_MODEL_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3)
+set(NM_MODEL_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k)
+foreach(preset ${NM_MODEL_PRESETS})
+  foreach(type ${NM_MODEL_TYPES})
+    set(name model_vs_ref_${preset}_${type})
+    add_test(NAME ${name}
+             COMMAND bash ${CMAKE_SOURCE_DIR}/tests/reference/model_test.sh $<TARGET_FILE:numallm>
+                     ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/model_tests/${preset}_${type})
+    set_tests_properties(${name} PROPERTIES LABELS model SKIP_RETURN_CODE 77
+                         ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+  endforeach()
+endforeach()

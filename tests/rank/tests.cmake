@@ -1,0 +1,2 @@
+# Unit tests of rank/ parts that the model-level tests cannot pin down precisely.
+nm_add_test(test_sampler SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sampler.c LIBS nm_rank LABELS rank)

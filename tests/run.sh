@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build numallm and run the whole test suite: a Release build (-Werror) and an address +
+# undefined-behaviour sanitizer build, each under ctest. Installs missing packages first.
+# Usage: tests/run.sh [extra ctest args, e.g. -L kernels]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+launcher/setup.sh --deps
+jobs=$(nproc)
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNM_SANITIZE=ON >/dev/null
+cmake --build build-asan -j "$jobs"
+
+status=0
+echo "== Release build =="
+(cd build && ctest --output-on-failure -j "$jobs" "$@") || status=1
+echo "== Sanitizer build (address, undefined) =="
+# The fuzzer builds its own instrumented binary and benchmarks are not tests: run them once.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE 'fuzz|slow' "$@") || status=1
+exit $status
