@@ -1,0 +1,135 @@
+/* Tensor-parallel partitioning (see shard.h). */
+#include "shard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "model.h"
+
+struct range shard_split(int64_t n, int nranks, int r) {
+    const int64_t base = n / nranks, rem = n % nranks;
+    const int64_t begin = r * base + NM_MIN((int64_t)r, rem);
+    return (struct range){begin, begin + base + (r < rem ? 1 : 0)};
+}
+
+static int block_size(enum dtype t) {
+    const struct dtype_info *ti = dtype_get(t);
+    return ti ? ti->blck_size : 1;
+}
+
+enum nm_status shard_plan(const struct model_config *c, const struct shard_types *t, int rank, int nranks,
+                          struct shard *s, char *err, size_t errlen) {
+    NM_ASSERT(nranks >= 1 && rank >= 0 && rank < nranks);
+    memset(s, 0, sizeof *s);
+    s->rank = rank;
+    s->nranks = nranks;
+    const int64_t group = c->n_head / c->n_head_kv;
+
+    if (nranks > c->n_head)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "%d ranks but the model has only %lld attention heads to split",
+                       nranks, (long long)c->n_head);
+    if (c->n_head_kv >= nranks) {
+        s->kv_heads = shard_split(c->n_head_kv, nranks, rank);
+        s->q_heads = (struct range){s->kv_heads.begin * group, s->kv_heads.end * group};
+    } else {
+        s->q_heads = shard_split(c->n_head, nranks, rank);
+        s->kv_heads = (struct range){s->q_heads.begin / group, (s->q_heads.end - 1) / group + 1};
+    }
+
+    const int64_t ff_align = NM_MAX(32, block_size(t->w_down));
+    const int64_t ff_units = (c->n_ff + ff_align - 1) / ff_align;
+    if (nranks > ff_units)
+        return nm_errf(err, errlen, NM_ERR_ARGS,
+                       "%d ranks but n_ff = %lld splits into only %lld blocks of %lld (ffn_down's block size)", nranks,
+                       (long long)c->n_ff, (long long)ff_units, (long long)ff_align);
+    const struct range u = shard_split(ff_units, nranks, rank);
+    s->ff = (struct range){u.begin * ff_align, NM_MIN(u.end * ff_align, c->n_ff)};
+
+    if (nranks > c->n_vocab)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "%d ranks but only %lld vocabulary rows", nranks,
+                       (long long)c->n_vocab);
+    s->vocab = shard_split(c->n_vocab, nranks, rank);
+
+    const int64_t blk = block_size(t->wo), n_cols = c->n_head * c->head_dim_v;
+    s->wo_owned = (struct range){s->q_heads.begin * c->head_dim_v, s->q_heads.end * c->head_dim_v};
+    s->wo_cols = (struct range){s->wo_owned.begin / blk * blk,
+                                NM_MIN((s->wo_owned.end + blk - 1) / blk * blk, n_cols)};
+    return NM_OK;
+}
+
+/* How a tensor is cut, by the name after "blk.N.". */
+enum cut {
+    CUT_REPLICATED,
+    CUT_ROWS_Q,     /* rows by query heads (attn_q weight/bias, q_norm is replicated) */
+    CUT_ROWS_KV,    /* rows by KV heads (attn_k, attn_v weights/biases) */
+    CUT_COLS_WO,    /* columns of attn_output */
+    CUT_ROWS_FF,    /* ffn_gate, ffn_up */
+    CUT_COLS_FF,    /* ffn_down */
+    CUT_ROWS_VOCAB, /* output.weight, output.bias */
+};
+
+static enum cut cut_of(const char *name) {
+    const char *p = name;
+    if (strncmp(p, "blk.", 4) == 0) {
+        p = strchr(p + 4, '.');
+        p = p ? p + 1 : name;
+    }
+    if (!strcmp(p, "attn_q.weight") || !strcmp(p, "attn_q.bias")) return CUT_ROWS_Q;
+    if (!strcmp(p, "attn_k.weight") || !strcmp(p, "attn_k.bias") || !strcmp(p, "attn_v.weight") ||
+        !strcmp(p, "attn_v.bias"))
+        return CUT_ROWS_KV;
+    if (!strcmp(p, "attn_output.weight")) return CUT_COLS_WO;
+    if (!strcmp(p, "ffn_gate.weight") || !strcmp(p, "ffn_up.weight")) return CUT_ROWS_FF;
+    if (!strcmp(p, "ffn_down.weight")) return CUT_COLS_FF;
+    if (!strcmp(name, "output.weight") || !strcmp(name, "output.bias")) return CUT_ROWS_VOCAB;
+    return CUT_REPLICATED;
+}
+
+static uint64_t row_bytes(uint32_t type, int64_t n) {
+    int blck, size;
+    if (!gguf_ggml_type_geometry(type, &blck, &size)) return 0;
+    return (uint64_t)((n + blck - 1) / blck) * (uint64_t)size;
+}
+
+enum nm_status shard_weight_bytes(const struct gguf_file *f, const struct model_config *c, int rank, int nranks,
+                                  uint64_t *bytes, char *err, size_t errlen) {
+    const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
+    const struct gguf_tensor *down = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+    struct shard_types t = {.wo = wo ? (enum dtype)wo->type : DTYPE_F32,
+                            .w_down = down ? (enum dtype)down->type : DTYPE_F32};
+    struct shard s;
+    enum nm_status st = shard_plan(c, &t, rank, nranks, &s, err, errlen);
+    if (st) return st;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const struct gguf_tensor *g = &f->tensors[i];
+        const int64_t ne0 = g->ne[0], rows = g->size ? (int64_t)(g->size / NM_MAX(row_bytes(g->type, ne0), 1)) : 0;
+        /* Rows of a bias are single values: a 1-D tensor is one row of ne0 values. */
+        const bool vec = g->n_dims == 1;
+        int64_t part_rows = rows, part_cols = ne0;
+        switch (cut_of(g->name)) {
+        case CUT_REPLICATED: break;
+        case CUT_ROWS_Q:
+            if (vec) part_cols = range_len(s.q_heads) * c->head_dim;
+            else part_rows = range_len(s.q_heads) * c->head_dim;
+            break;
+        case CUT_ROWS_KV: {
+            const int64_t per_head = ne0 == c->n_embd && !vec ? rows / c->n_head_kv : ne0 / c->n_head_kv;
+            if (vec) part_cols = range_len(s.kv_heads) * per_head;
+            else part_rows = range_len(s.kv_heads) * per_head;
+            break;
+        }
+        case CUT_COLS_WO: part_cols = range_len(s.wo_cols); break;
+        case CUT_ROWS_FF: part_rows = range_len(s.ff); break;
+        case CUT_COLS_FF: part_cols = range_len(s.ff); break;
+        case CUT_ROWS_VOCAB:
+            if (vec) part_cols = range_len(s.vocab);
+            else part_rows = range_len(s.vocab);
+            break;
+        }
+        total += (uint64_t)part_rows * row_bytes(g->type, part_cols);
+    }
+    *bytes = total;
+    return NM_OK;
+}

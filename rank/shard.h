@@ -1,0 +1,70 @@
+/* Tensor-parallel partitioning: which slice of every weight each rank owns (DESIGN.md,
+ * "Tensor-parallel partitioning"). A pure function of the model configuration, the weight types
+ * and the rank count, so it can be tested for any shape and any number of ranks.
+ *
+ * - Attention: with n_head_kv >= nranks the units split over ranks are whole KV groups (a KV head
+ *   and its query heads); otherwise the units are query heads, and each rank holds every KV head
+ *   its query heads use (a KV head shared by two ranks is replicated on both). Q/K/V are
+ *   column-parallel (a rank computes only its heads); attn_output is row-parallel: a rank
+ *   multiplies the columns of its query heads and an allreduce sums the partial outputs.
+ * - FFN: ffn_gate/ffn_up are column-parallel over n_ff, ffn_down row-parallel; n_ff is cut on
+ *   multiples of `ff_align` (the block size of ffn_down's type, at least 32) so every
+ *   quantization block stays whole on one rank.
+ * - A row-parallel slice whose column range is not block aligned (attn_output with K-quants and
+ *   64-wide heads) is widened outward to whole blocks; the rank feeds zeros into the columns it
+ *   does not own, so the allreduce still sums every column exactly once.
+ * - Output head: split by vocabulary rows. Norms, biases of replicated outputs and the embedding
+ *   table are replicated.
+ * Uneven splits are normal: units are dealt out as evenly as possible, earlier ranks taking the
+ * remainder. */
+#ifndef NM_SHARD_H
+#define NM_SHARD_H
+
+#include <stdint.h>
+
+#include "base.h"
+#include "types.h"
+
+struct model_config;
+
+/* A half-open range [begin, end). */
+struct range {
+    int64_t begin, end;
+};
+static inline int64_t range_len(struct range r) { return r.end - r.begin; }
+
+struct shard {
+    int rank, nranks;
+    struct range q_heads;   /* query heads this rank computes */
+    struct range kv_heads;  /* KV heads it holds (covers every KV head of q_heads) */
+    struct range ff;        /* its columns of n_ff */
+    struct range vocab;     /* its rows of the output head */
+    /* attn_output columns (in units of values) it reads, widened to whole blocks of
+     * attn_output's type, and the part of that range it owns (q_heads * head_dim_v). */
+    struct range wo_cols;
+    struct range wo_owned;
+};
+
+/* Block sizes the planner must respect, from the tensors' types in the file. */
+struct shard_types {
+    enum dtype wo;     /* attn_output.weight (of layer 0; layers share a type in practice,
+                          and shard_plan is given the largest block size if they do not) */
+    enum dtype w_down; /* ffn_down.weight: its block size sets ff_align */
+};
+
+/* Plan rank `rank` of `nranks`. Fails with NM_ERR_ARGS and a message when the model cannot be
+ * split that many ways (more ranks than query heads, or than n_ff/ff_align units, or than
+ * vocabulary rows). */
+enum nm_status shard_plan(const struct model_config *c, const struct shard_types *t, int rank, int nranks,
+                          struct shard *out, char *err, size_t errlen);
+
+/* Split n units into nranks nearly equal parts; part r of them (earlier parts are longer). */
+struct range shard_split(int64_t n, int nranks, int r);
+
+/* Bytes of weights rank `rank` holds (replicated tensors included), from the configuration and
+ * the per-tensor types of the file, for planning memory per node before loading. */
+struct gguf_file;
+enum nm_status shard_weight_bytes(const struct gguf_file *f, const struct model_config *c, int rank, int nranks,
+                                  uint64_t *bytes, char *err, size_t errlen);
+
+#endif
