@@ -185,6 +185,8 @@ void coll_set_timeout(struct coll *c, double seconds) {
     c->timeout_s = seconds;
 }
 
+double coll_timeout(const struct coll *c) { return c->timeout_s; }
+
 /* Overlap of [a, a+an) and [b, b+bn). */
 static bool coll_overlap(const void *a, size_t an, const void *b, size_t bn) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;

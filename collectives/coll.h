@@ -71,6 +71,8 @@ const char *coll_transport_name(const struct coll *c);
 /* Waits longer than this many seconds without progress stop the job; raise it around phases
  * where ranks are legitimately unbalanced (loading weights). Local: call on every rank. */
 void coll_set_timeout(struct coll *c, double seconds);
+/* The timeout now in force (to restore it after a phase that raised it). */
+double coll_timeout(const struct coll *c);
 
 /* out[i] = in_0[i] + in_1[i] + ... + in_{size-1}[i], folded in rank order in f32. n elements
  * on every rank. in == out (in place) is allowed; other overlaps are not. */

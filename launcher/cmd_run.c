@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "coll.h"
 #include "cpu.h"
 #include "dump.h"
 #include "forward.h"
@@ -101,8 +102,22 @@ static int parse_run(int argc, char **argv, struct run_opts *o) {
 
 static void print_model(const struct model *m, const struct pool *pool) {
     const struct model_config *c = &m->cfg;
+    const struct shard *sh = &m->shard;
     char desc[128];
     model_describe(m, desc, sizeof desc);
+    uint64_t pages;
+    const double local = arena_local_fraction(m->arena, &pages);
+    char where[64] = "the kernel cannot tell where its pages are";
+    if (local >= 0) snprintf(where, sizeof where, "%.1f%% of %llu pages on node %d", 100 * local,
+                             (unsigned long long)pages, arena_node(m->arena));
+    nm_log_info("shard %d/%d: heads %lld-%lld, KV heads %lld-%lld, n_ff %lld-%lld, vocab %lld-%lld; loaded %.1f MiB "
+                "in %.2f s (%.2f GB/s), %s",
+                sh->rank, sh->nranks, (long long)sh->q_heads.begin, (long long)sh->q_heads.end - 1,
+                (long long)sh->kv_heads.begin, (long long)sh->kv_heads.end - 1, (long long)sh->ff.begin,
+                (long long)sh->ff.end - 1, (long long)sh->vocab.begin, (long long)sh->vocab.end - 1,
+                (double)m->loaded_bytes / (1 << 20), m->load_seconds,
+                (double)m->loaded_bytes / 1e9 / NM_MAX(m->load_seconds, 1e-9), where);
+    if (sh->rank != 0) return;
     nm_log_info("model: %s (%s), %.2f GiB, %.2fB params", desc, m->path, (double)m->weight_bytes / (1 << 30),
                 (double)m->n_params / 1e9);
     nm_log_info("  n_vocab %lld, n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, "
@@ -126,27 +141,43 @@ int cmd_run(int argc, char **argv) {
     int rc = parse_run(argc, argv, &o);
     if (rc >= 0) return rc;
 
+    /* One rank of the job: alone (no mpirun: the single-rank fallback, no MPI call) or one of
+     * the ranks mpirun started, each running this same command. */
+    struct coll *coll = coll_init(NULL);
+    const int rank = coll_rank(coll), nranks = coll_size(coll);
     char err[1024], model_path[4200];
     struct pool *pool = cli_pool((int)o.n_threads);
     struct model *m = NULL;
     struct engine *e = NULL;
     struct sampler *smp = NULL;
     int32_t *prompt = NULL;
-    float *logits = NULL;
+    float *logits = NULL, *full = NULL;
     struct dump_logits dl = {0};
     struct dump_layers dly = {0};
     enum nm_status st = NM_OK;
     rc = 1;
 
+    const double timeout = coll_timeout(coll);
     if (!o.model) {
-        if (!cli_default_model(model_path, sizeof model_path, pool)) goto out;
+        /* Rank 0 makes the default model; the others wait for it. */
+        bool ok = rank != 0 || cli_default_model(model_path, sizeof model_path, pool);
+        coll_set_timeout(coll, 3600);
+        coll_bcast(coll, &ok, sizeof ok, 0);
+        if (!ok) goto out;
+        if (rank != 0 && !cli_default_model(model_path, sizeof model_path, pool)) goto out;
         o.model = model_path;
     }
+    /* Loading is unbalanced between ranks (page cache, node speed): wait longer meanwhile. */
+    coll_set_timeout(coll, 600);
     const double t_load0 = nm_time_s();
-    if ((st = model_load(o.model, &m, err, sizeof err))) goto fail;
+    struct model_load_params lp = {.rank = rank, .nranks = nranks, .pool = pool, .coll = coll};
+    if ((st = model_load(o.model, &lp, &m, err, sizeof err))) goto fail;
     const double t_load = nm_time_s() - t_load0;
+    coll_barrier(coll);
+    coll_set_timeout(coll, timeout);
     print_model(m, pool);
     const struct model_config *c = &m->cfg;
+    const struct range vocab = m->shard.vocab;
 
     int n_prompt;
     if (o.tokens) {
@@ -161,20 +192,23 @@ int cmd_run(int argc, char **argv) {
     /* Context: what this run needs, unless -c asks for more; never past the model's. */
     int64_t need = n_prompt + o.n_predict;
     int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : NM_MIN(need, c->n_ctx_train);
-    if (o.n_ctx > c->n_ctx_train)
+    if (o.n_ctx > c->n_ctx_train && rank == 0)
         nm_log_warn("-c %lld is more than the model was trained for (%lld)", o.n_ctx, (long long)c->n_ctx_train);
     if (n_prompt > n_ctx) {
-        fprintf(stderr, "error: the prompt has %d tokens, more than the context size %lld (raise -c)\n", n_prompt,
-                (long long)n_ctx);
-        goto out;
+        snprintf(err, sizeof err, "the prompt has %d tokens, more than the context size %lld (raise -c)", n_prompt,
+                 (long long)n_ctx);
+        goto fail;
     }
     struct engine_params ep = {.n_ctx = n_ctx, .n_batch = (int)o.n_batch, .kv_type = (enum dtype)o.kv_type};
-    if ((st = engine_init(&e, m, pool, &ep, err, sizeof err))) goto fail;
+    if ((st = engine_init(&e, m, pool, coll, &ep, err, sizeof err))) goto fail;
 
     const bool all = o.dump_logits != NULL;
-    logits = nm_alloc((size_t)(all ? n_prompt : 1) * (size_t)c->n_vocab * sizeof(float), 64, "logits");
-    if (o.dump_logits && (st = dump_logits_open(&dl, o.dump_logits, c->n_vocab, err, sizeof err))) goto fail;
-    if (o.dump_layers) {
+    const int64_t n_local = range_len(vocab);
+    logits = nm_alloc((size_t)(all ? n_prompt : 1) * (size_t)n_local * sizeof(float), 64, "logits");
+    if (all) full = nm_alloc((size_t)n_prompt * (size_t)c->n_vocab * sizeof(float), 64, "full logits");
+    if (rank == 0 && o.dump_logits && (st = dump_logits_open(&dl, o.dump_logits, c->n_vocab, err, sizeof err)))
+        goto fail;
+    if (rank == 0 && o.dump_layers) {
         if ((st = dump_layers_open(&dly, o.dump_layers, (int)c->n_layer, n_prompt, c->n_embd, err, sizeof err)))
             goto fail;
         engine_set_layer_hook(e, dump_layers_hook, &dly);
@@ -183,69 +217,82 @@ int cmd_run(int argc, char **argv) {
     smp = sampler_init(&o.sp, c->n_vocab);
     for (int i = 0; i < n_prompt; i++) {
         sampler_accept(smp, prompt[i]);
-        printf("%s%d", i ? " " : "", prompt[i]);
+        if (rank == 0) printf("%s%d", i ? " " : "", prompt[i]);
     }
-    printf(" |");
+    if (rank == 0) printf(" |");
     fflush(stdout);
 
     const double t_p0 = nm_time_s();
     if ((st = engine_eval(e, prompt, n_prompt, all, logits, err, sizeof err))) goto fail;
     const double t_prompt = nm_time_s() - t_p0;
+    const double coll_prompt = engine_coll_seconds(e);
     engine_set_layer_hook(e, NULL, NULL);
-    if (o.dump_layers && (st = dump_layers_close(&dly, err, sizeof err))) goto fail;
-    for (int i = 0; all && i < n_prompt; i++)
-        if ((st = dump_logits_row(&dl, DUMP_KIND_PROMPT, i, prompt[i], logits + (size_t)i * c->n_vocab, err,
-                                  sizeof err)))
-            goto fail;
-    const float *last = logits + (all ? (size_t)(n_prompt - 1) * c->n_vocab : 0);
+    if (dly.files && (st = dump_layers_close(&dly, err, sizeof err))) goto fail;
+    if (all) {
+        engine_gather_logits(e, logits, full, n_prompt);
+        for (int i = 0; rank == 0 && i < n_prompt; i++)
+            if ((st = dump_logits_row(&dl, DUMP_KIND_PROMPT, i, prompt[i], full + (size_t)i * c->n_vocab, err,
+                                      sizeof err)))
+                goto fail;
+    }
+    const float *last = logits + (all ? (size_t)(n_prompt - 1) * n_local : 0);
 
     int n_gen = 0;
     const double t_g0 = nm_time_s();
     for (; n_gen < o.n_predict; n_gen++) {
-        int32_t tok = sampler_sample(smp, last);
+        int32_t tok = sampler_sample_dist(smp, coll, last, vocab.begin, n_local);
         sampler_accept(smp, tok);
-        printf(" %d", tok);
-        fflush(stdout);
-        if (tok == eos && !o.ignore_eos) {
-            n_gen++;
-            break;
+        if (rank == 0) {
+            printf(" %d", tok);
+            fflush(stdout);
         }
-        if (n_gen + 1 == o.n_predict) {
+        if ((tok == eos && !o.ignore_eos) || n_gen + 1 == o.n_predict) {
             n_gen++;
             break;
         }
         const int64_t pos = engine_n_past(e);
         if ((st = engine_eval(e, &tok, 1, false, logits, err, sizeof err))) goto fail;
         last = logits;
-        if (o.dump_logits && (st = dump_logits_row(&dl, DUMP_KIND_GENERATED, pos, tok, logits, err, sizeof err)))
-            goto fail;
+        if (all) {
+            engine_gather_logits(e, logits, full, 1);
+            if (rank == 0 && (st = dump_logits_row(&dl, DUMP_KIND_GENERATED, pos, tok, full, err, sizeof err)))
+                goto fail;
+        }
     }
     const double t_gen = nm_time_s() - t_g0;
-    printf("\n");
-    if (o.dump_logits && (st = dump_logits_close(&dl, err, sizeof err))) goto fail;
+    if (rank == 0) printf("\n");
+    if (dl.fp && (st = dump_logits_close(&dl, err, sizeof err))) goto fail;
 
-    /* The sampled-but-not-evaluated last token costs no forward pass: generation speed counts
-     * the forward passes made, n_gen - 1. */
+    /* The last sampled token is not evaluated: generation speed counts the forward passes made. */
     const int n_eval = n_gen > 0 ? n_gen - 1 : 0;
-    nm_log_info("load time   %8.2f ms", t_load * 1e3);
-    nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)", t_prompt * 1e3,
-                n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt);
-    if (n_eval > 0)
-        nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)", t_gen * 1e3,
-                    n_eval, t_gen * 1e3 / n_eval, n_eval / t_gen);
+    const double coll_gen = engine_coll_seconds(e) - coll_prompt;
+    if (rank == 0) {
+        nm_log_info("load time   %8.2f ms", t_load * 1e3);
+        nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)%s", t_prompt * 1e3,
+                    n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt, "");
+        if (n_eval > 0)
+            nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)",
+                        t_gen * 1e3, n_eval, t_gen * 1e3 / n_eval, n_eval / t_gen);
+        if (nranks > 1)
+            nm_log_info("allreduce share: prompt %.1f%%, generation %.1f%% (transport %s)", 100 * coll_prompt / t_prompt,
+                        n_eval > 0 ? 100 * coll_gen / t_gen : 0.0, coll_transport_name(coll));
+    }
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "error: %s\n", err);
+    /* Every rank reaches the same error (same file, same flags), so each reports and leaves. */
+    if (rank == 0 || nranks == 1) fprintf(stderr, "error: %s\n", err);
 out:
     if (dl.fp) dump_logits_close(&dl, err, sizeof err);
     if (dly.files) dump_layers_close(&dly, err, sizeof err);
     sampler_free(smp);
     nm_free(logits);
+    nm_free(full);
     free(prompt);
     engine_free(e);
     model_free(m);
     pool_free(pool);
+    coll_free(coll);
     (void)st;
     return rc;
 }

@@ -6,13 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "matmul.h"
 #include "ops.h"
 
 struct engine {
     const struct model *m;
     struct pool *pool;
+    struct coll *coll;
+    double coll_seconds;
     struct kv_cache kv;
+    /* This rank's sizes (shard.h): heads, KV heads, n_ff columns, vocabulary rows, and the
+     * attn_output input: wo_k columns of which the rank's heads start at wo_off. */
+    int64_t n_head_l, n_head_kv_l, n_ff_l, n_vocab_l, wo_k, wo_off;
     int n_batch;
     int64_t n_past;
     engine_layer_hook hook;
@@ -21,13 +27,13 @@ struct engine {
     /* Scratch for one chunk of up to n_batch tokens (rows). */
     float *x;        /* [n_batch][n_embd] residual stream */
     float *xn;       /* [n_batch][n_embd] normalized input of a block */
-    float *q;        /* [n_batch][n_head * head_dim] */
-    float *k;        /* [n_batch][n_head_kv * head_dim] */
-    float *v;        /* [n_batch][n_head_kv * head_dim_v] */
-    float *att;      /* [n_batch][n_head * head_dim_v] attention output before attn_output */
-    float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down */
-    float *gate;     /* [n_batch][n_ff] */
-    float *up;       /* [n_batch][n_ff] */
+    float *q;        /* [n_batch][n_head_l * head_dim] */
+    float *k;        /* [n_batch][n_head_kv_l * head_dim] */
+    float *v;        /* [n_batch][n_head_kv_l * head_dim_v] */
+    float *att;      /* [n_batch][wo_k] attention output; columns outside the rank's heads stay 0 */
+    float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down (partial, then summed) */
+    float *gate;     /* [n_batch][n_ff_l] */
+    float *up;       /* [n_batch][n_ff_l] */
     float *rope;     /* [n_batch][n_rot] cos/sin pairs per token */
     float *scores;   /* [n_threads][n_ctx] attention probabilities */
     block_q8x *q8;   /* quantized activations, largest input of any matmul */
@@ -35,10 +41,12 @@ struct engine {
 
 static float *alloc_f32(int64_t n, const char *what) { return nm_alloc((size_t)n * sizeof(float), 64, what); }
 
-enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool,
+enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool, struct coll *coll,
                            const struct engine_params *p, char *err, size_t errlen) {
     const struct model_config *c = &m->cfg;
+    const struct shard *sh = &m->shard;
     *out = NULL;
+    NM_ASSERT(coll_size(coll) == sh->nranks && coll_rank(coll) == sh->rank);
     int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
     if (n_ctx < 1 || n_ctx > (int64_t)1 << 24)
         return nm_errf(err, errlen, NM_ERR_ARGS, "context size %lld; allowed are 1..16777216", (long long)n_ctx);
@@ -48,9 +56,16 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     NM_ASSERT(e);
     e->m = m;
     e->pool = pool;
+    e->coll = coll;
     e->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
-    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, c->n_layer, n_ctx, c->n_head_kv * c->head_dim,
-                                      c->n_head_kv * c->head_dim_v, err, errlen);
+    e->n_head_l = range_len(sh->q_heads);
+    e->n_head_kv_l = range_len(sh->kv_heads);
+    e->n_ff_l = range_len(sh->ff);
+    e->n_vocab_l = range_len(sh->vocab);
+    e->wo_k = range_len(sh->wo_cols);
+    e->wo_off = sh->wo_owned.begin - sh->wo_cols.begin;
+    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, c->n_layer, n_ctx, e->n_head_kv_l * c->head_dim,
+                                      e->n_head_kv_l * c->head_dim_v, err, errlen);
     if (st) {
         free(e);
         return st;
@@ -58,19 +73,20 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     const int64_t B = e->n_batch;
     e->x = alloc_f32(B * c->n_embd, "x");
     e->xn = alloc_f32(B * c->n_embd, "xn");
-    e->q = alloc_f32(B * c->n_head * c->head_dim, "q");
-    e->k = alloc_f32(B * c->n_head_kv * c->head_dim, "k");
-    e->v = alloc_f32(B * c->n_head_kv * c->head_dim_v, "v");
-    e->att = alloc_f32(B * c->n_head * c->head_dim_v, "att");
+    e->q = alloc_f32(B * e->n_head_l * c->head_dim, "q");
+    e->k = alloc_f32(B * e->n_head_kv_l * c->head_dim, "k");
+    e->v = alloc_f32(B * e->n_head_kv_l * c->head_dim_v, "v");
+    e->att = alloc_f32(B * e->wo_k, "att");
     e->proj = alloc_f32(B * c->n_embd, "proj");
-    e->gate = alloc_f32(B * c->n_ff, "gate");
-    e->up = alloc_f32(B * c->n_ff, "up");
+    e->gate = alloc_f32(B * e->n_ff_l, "gate");
+    e->up = alloc_f32(B * e->n_ff_l, "up");
     e->rope = alloc_f32(B * c->n_rot, "rope");
     e->scores = alloc_f32((int64_t)pool_size(pool) * n_ctx, "attention scores");
-    int64_t k_max = NM_MAX(NM_MAX(c->n_embd, c->n_ff), c->n_head * c->head_dim_v);
+    int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
-    nm_log_info("KV cache: %lld tokens x %lld layers, %s, %.1f MiB", (long long)n_ctx, (long long)c->n_layer,
-                p->kv_type == DTYPE_F16 ? "f16" : "f32", (double)e->kv.bytes / (1 << 20));
+    nm_log_info("KV cache: %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB", (long long)n_ctx,
+                (long long)c->n_layer, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
+                (double)e->kv.bytes / (1 << 20));
     *out = e;
     return NM_OK;
 }
@@ -94,6 +110,24 @@ void engine_truncate(struct engine *e, int64_t n_past) {
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) {
     e->hook = hook;
     e->hook_ctx = ctx;
+}
+double engine_coll_seconds(const struct engine *e) { return e->coll_seconds; }
+
+void engine_gather_logits(struct engine *e, const float *local, float *full, int rows) {
+    const int nr = coll_size(e->coll);
+    size_t *bytes = malloc((size_t)nr * sizeof *bytes);
+    NM_ASSERT(bytes);
+    for (int r = 0; r < nr; r++) bytes[r] = (size_t)range_len(shard_split(e->m->cfg.n_vocab, nr, r)) * sizeof(float);
+    for (int i = 0; i < rows; i++)
+        coll_allgatherv(e->coll, local + (int64_t)i * e->n_vocab_l, bytes, full + (int64_t)i * e->m->cfg.n_vocab);
+    free(bytes);
+}
+
+/* Tensor parallelism: sum the row-parallel partial outputs of all ranks, in rank order. */
+static void allreduce(struct engine *e, float *buf, int64_t n) {
+    const uint64_t t0 = nm_time_ns();
+    coll_allreduce_sum_f32(e->coll, buf, buf, (size_t)n);
+    e->coll_seconds += (double)(nm_time_ns() - t0) * 1e-9;
 }
 
 /* y = W x for a chunk: the input is wrapped so that its int8 quantization is made once. */
@@ -119,35 +153,39 @@ struct attn_job {
     int64_t pos0; /* position of the first */
 };
 
-/* One (token, head) pair per work item: token i attends to positions 0 .. pos0+i. */
+/* One (token, local head) pair per work item: token i attends to positions 0 .. pos0+i. */
 static void attn_worker(void *ctx, int ith, int nth) {
     const struct attn_job *j = ctx;
     struct engine *e = j->e;
     const struct model_config *c = &e->m->cfg;
-    const int64_t group = c->n_head / c->n_head_kv;
+    const struct shard *sh = &e->m->shard;
+    const int64_t group = c->n_head / c->n_head_kv, nh = e->n_head_l;
+    const size_t es = e->kv.type == DTYPE_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)c->head_dim);
     float *scratch = e->scores + (int64_t)ith * e->kv.n_ctx;
     long lo, hi;
-    pool_split((long)j->n * c->n_head, 1, ith, nth, &lo, &hi);
+    pool_split((long)j->n * nh, 1, ith, nth, &lo, &hi);
     for (long item = lo; item < hi; item++) {
-        const int i = (int)(item / c->n_head);
-        const int64_t h = item % c->n_head, hk = h / group;
-        const float *q = e->q + (int64_t)i * c->n_head * c->head_dim + h * c->head_dim;
-        float *out = e->att + (int64_t)i * c->n_head * c->head_dim_v + h * c->head_dim_v;
-        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) +
-                         (size_t)(hk * c->head_dim) * (e->kv.type == DTYPE_F16 ? 2 : 4);
-        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) +
-                         (size_t)(hk * c->head_dim_v) * (e->kv.type == DTYPE_F16 ? 2 : 4);
+        const int i = (int)(item / nh);
+        const int64_t h = item % nh;                                     /* local query head */
+        const int64_t hk = (sh->q_heads.begin + h) / group - sh->kv_heads.begin; /* local KV head */
+        const float *q = e->q + (int64_t)i * nh * c->head_dim + h * c->head_dim;
+        float *out = e->att + (int64_t)i * e->wo_k + e->wo_off + h * c->head_dim_v;
+        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) + (size_t)(hk * c->head_dim) * es;
+        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) + (size_t)(hk * c->head_dim_v) * es;
         op_attention_head(out, q, k0, v0, e->kv.type, j->pos0 + i + 1, e->kv.k_row, e->kv.v_row, c->head_dim,
                           c->head_dim_v, scale, scratch);
     }
 }
 
-/* x += attn_output(attention(rope(q), rope(k), v)) for the chunk; xn holds attn_norm(x). */
+/* x += attn_output(attention(rope(q), rope(k), v)) for the chunk; xn holds attn_norm(x).
+ * Q, K, V are column-parallel (this rank's heads); attn_output is row-parallel: each rank
+ * multiplies its heads' columns and the allreduce sums the partial outputs. */
 static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     const struct model_config *c = &e->m->cfg;
     const struct layer_weights *L = &e->m->layers[il];
-    const int64_t qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim, vd = c->n_head_kv * c->head_dim_v;
+    const int64_t qd = e->n_head_l * c->head_dim, kd = e->n_head_kv_l * c->head_dim,
+                  vd = e->n_head_kv_l * c->head_dim_v;
 
     struct act in = act_of(e, e->xn, n, c->n_embd);
     matmul(e, &L->wq, &in, e->q);
@@ -161,11 +199,11 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
         float *q = e->q + i * qd, *k = e->k + i * kd;
         const float *cs = e->rope + (int64_t)i * c->n_rot;
         const int neox = c->rope_type == ROPE_TYPE_NEOX;
-        for (int64_t h = 0; h < c->n_head; h++) {
+        for (int64_t h = 0; h < e->n_head_l; h++) {
             if (L->q_norm) op_rmsnorm(q + h * c->head_dim, q + h * c->head_dim, L->q_norm, c->head_dim, c->rms_eps);
             op_rope(q + h * c->head_dim, cs, c->n_rot, neox);
         }
-        for (int64_t h = 0; h < c->n_head_kv; h++) {
+        for (int64_t h = 0; h < e->n_head_kv_l; h++) {
             if (L->k_norm) op_rmsnorm(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
             op_rope(k + h * c->head_dim, cs, c->n_rot, neox);
         }
@@ -176,22 +214,25 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     struct attn_job job = {.e = e, .layer = il, .n = n, .pos0 = pos0};
     pool_run(e->pool, attn_worker, &job);
 
-    struct act att = act_of(e, e->att, n, c->n_head * c->head_dim_v);
+    struct act att = act_of(e, e->att, n, e->wo_k);
     matmul(e, &L->wo, &att, e->proj);
+    allreduce(e, e->proj, (int64_t)n * c->n_embd);
     add_bias(e->proj, L->bo, n, c->n_embd);
     op_add(e->x, e->proj, (int64_t)n * c->n_embd);
 }
 
-/* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). */
+/* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). gate/up are
+ * column-parallel over n_ff, ffn_down row-parallel, then the allreduce. */
 static void ffn_block(struct engine *e, int il, int n) {
     const struct model_config *c = &e->m->cfg;
     const struct layer_weights *L = &e->m->layers[il];
     struct act in = act_of(e, e->xn, n, c->n_embd);
     matmul(e, &L->w_gate, &in, e->gate);
     matmul(e, &L->w_up, &in, e->up);
-    op_swiglu(e->gate, e->gate, e->up, (int64_t)n * c->n_ff);
-    struct act hid = act_of(e, e->gate, n, c->n_ff);
+    op_swiglu(e->gate, e->gate, e->up, (int64_t)n * e->n_ff_l);
+    struct act hid = act_of(e, e->gate, n, e->n_ff_l);
     matmul(e, &L->w_down, &hid, e->proj);
+    allreduce(e, e->proj, (int64_t)n * c->n_embd);
     op_add(e->x, e->proj, (int64_t)n * c->n_embd);
 }
 
@@ -233,7 +274,7 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
     const int first = logits_all ? 0 : n - 1, rows = n - first;
     struct act out = act_of(e, e->xn + (int64_t)first * E, rows, E);
     matmul(e, &m->output, &out, logits);
-    add_bias(logits, m->output_bias, rows, c->n_vocab);
+    add_bias(logits, m->output_bias, rows, e->n_vocab_l);
 }
 
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
@@ -252,7 +293,7 @@ enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool 
         const int chunk = NM_MIN(e->n_batch, n - done);
         const bool last = done + chunk == n;
         /* Only the final chunk produces logits unless every position's are wanted. */
-        float *dst = logits_all ? logits + (int64_t)done * c->n_vocab : last ? logits : NULL;
+        float *dst = logits_all ? logits + (int64_t)done * e->n_vocab_l : last ? logits : NULL;
         eval_chunk(e, tokens + done, chunk, e->n_past, logits_all, dst);
         e->n_past += chunk;
         done += chunk;

@@ -1,5 +1,8 @@
-/* The forward pass of one rank: a chunk of tokens in, logits out, the KV cache appended.
- * Prompts run as matrices in chunks of n_batch tokens; decode is the same path with one token. */
+/* The forward pass of one rank: a chunk of tokens in, this rank's slice of the logits out, the
+ * KV cache (this rank's KV heads only) appended. Prompts run as matrices in chunks of n_batch
+ * tokens; decode is the same path with one token. Every rank calls engine_eval with the same
+ * tokens; the residual stream is replicated and bit-identical on every rank, kept so by the two
+ * allreduces per layer (after attn_output and after ffn_down). */
 #ifndef NM_FORWARD_H
 #define NM_FORWARD_H
 
@@ -9,6 +12,8 @@
 #include "kv_cache.h"
 #include "model.h"
 #include "pool.h"
+
+struct coll;
 
 struct engine_params {
     int64_t n_ctx;       /* tokens the KV cache holds; 0 = the model's training context */
@@ -23,15 +28,16 @@ typedef void (*engine_layer_hook)(void *ctx, int layer, int64_t pos0, const floa
 
 struct engine;
 
-/* Allocate the KV cache and scratch for the model. The model and pool are borrowed and must
- * outlive the engine. */
-enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool,
+/* Allocate the KV cache and scratch for the model's shard. The model, pool and collectives are
+ * borrowed and must outlive the engine; coll's size must equal the shard's rank count. */
+enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool, struct coll *coll,
                            const struct engine_params *p, char *err, size_t errlen);
 void engine_free(struct engine *e);
 
-/* Evaluate n tokens at positions n_past .. n_past+n-1, then n_past += n. logits receives
- * [n][n_vocab] when logits_all, else [1][n_vocab] for the last token. Fails with NM_ERR_ARGS
- * (no state change) when the tokens do not fit in the context or an id is out of range. */
+/* Evaluate n tokens at positions n_past .. n_past+n-1, then n_past += n. logits receives this
+ * rank's vocabulary slice (model->shard.vocab): [n][vocab_local] when logits_all, else
+ * [1][vocab_local] for the last token. Fails with NM_ERR_ARGS (no state change) when the tokens
+ * do not fit in the context or an id is out of range. Collective. */
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen);
 
@@ -41,5 +47,12 @@ const struct kv_cache *engine_kv(const struct engine *e);
 /* Forget positions >= n_past (n_past <= current): used to rewind, or 0 to reset. */
 void engine_truncate(struct engine *e, int64_t n_past);
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx);
+
+/* Collective: assemble full logits rows [rows][n_vocab] on every rank from each rank's slices
+ * [rows][vocab_local]. Only for --dump-logits and perplexity: sampling never needs it. */
+void engine_gather_logits(struct engine *e, const float *local, float *full, int rows);
+
+/* Seconds spent in allreduces since engine_init (for the allreduce share of a step). */
+double engine_coll_seconds(const struct engine *e);
 
 #endif

@@ -11,18 +11,18 @@
 
 static const struct mkmodel_preset k_presets[] = {
     {.name = "tiny-llama", .arch = "llama", .about = "2 layers, n_embd 256, GQA 4/2 (tests)",
-     .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_ctx_train = 2048,
+     .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_ff = 1024, .n_head = 4, .n_head_kv = 2, .n_ctx_train = 2048,
      .rope_freq_base = 10000.0f, .rms_eps = 1e-5f},
     {.name = "tiny-llama31", .arch = "llama", .about = "Llama 3.1 style: rope_freqs tensor, GQA 4/1 (tests)",
-     .n_vocab = 640, .n_embd = 256, .n_layer = 2, .n_ff = 768, .n_head = 4, .n_head_kv = 1, .n_ctx_train = 4096,
+     .n_vocab = 640, .n_embd = 256, .n_layer = 2, .n_ff = 1280, .n_head = 4, .n_head_kv = 1, .n_ctx_train = 4096,
      .rope_freq_base = 500000.0f, .rms_eps = 1e-5f, .llama3_rope_freqs = true,
      /* A short original context makes the factors reach most dimensions within a test prompt. */
      .rope_freqs_orig_ctx = 32},
     {.name = "tiny-qwen2", .arch = "qwen2", .about = "Q/K/V biases, tied output, linear RoPE x2 (tests)",
-     .n_vocab = 576, .n_embd = 256, .n_layer = 2, .n_ff = 768, .n_head = 4, .n_head_kv = 2, .n_ctx_train = 2048,
+     .n_vocab = 576, .n_embd = 256, .n_layer = 2, .n_ff = 1280, .n_head = 4, .n_head_kv = 2, .n_ctx_train = 2048,
      .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .rope_linear_factor = 2.0f, .tied = true, .qkv_bias = true},
     {.name = "tiny-qwen3", .arch = "qwen3", .about = "head_dim 128 != n_embd/n_head, Q/K norms (tests)",
-     .n_vocab = 512, .n_embd = 256, .n_layer = 3, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 128,
+     .n_vocab = 512, .n_embd = 256, .n_layer = 3, .n_ff = 1024, .n_head = 4, .n_head_kv = 2, .head_dim = 128,
      .n_ctx_train = 2048, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .qk_norm = true},
     {.name = "qwen2.5-0.5b", .arch = "qwen2", .about = "Qwen2.5-0.5B shapes (494M params)",
      .n_vocab = 151936, .n_embd = 896, .n_layer = 24, .n_ff = 4864, .n_head = 14, .n_head_kv = 2,
@@ -51,7 +51,7 @@ const struct mkmodel_preset *mkmodel_find_preset(const char *name) {
 /* How a tensor's values are drawn. */
 enum init_kind {
     INIT_MATMUL, /* uniform with std gain/sqrt(k): keeps activations O(1) through a block */
-    INIT_EMBED,  /* uniform with std 1 */
+    INIT_EMBED,  /* uniform with std 0.1 */
     INIT_NORM,   /* 1 + uniform in [-0.2, 0.2] */
     INIT_BIAS,   /* uniform with std 0.5 */
     INIT_ROPE_FREQS,
@@ -166,7 +166,9 @@ static void fill_row(float *x, int64_t k, const struct tensor_spec *t, uint64_t 
     float amp;
     switch (t->init) {
     case INIT_MATMUL: amp = t->gain * sqrtf(3.0f / (float)k); break;
-    case INIT_EMBED: amp = sqrtf(3.0f); break;
+    /* Small next to the blocks' outputs, as in trained models: with tied embeddings a large
+     * table would make every token predict itself. */
+    case INIT_EMBED: amp = 0.1f * sqrtf(3.0f); break;
     case INIT_NORM: amp = 0.2f; break;
     case INIT_BIAS: amp = 0.5f * sqrtf(3.0f); break;
     default: amp = 0; break;

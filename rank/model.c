@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "quant.h"
 
 const char *arch_name(enum arch a) {
@@ -214,10 +215,16 @@ enum nm_status model_config_read(const struct gguf_file *f, struct model_config 
     return NM_OK;
 }
 
-/* ---- tensor binding --------------------------------------------------------------------- */
+/* ---- tensor binding ---------------------------------------------------------------------
+ * Two passes over the same code: the check pass validates every tensor against the full
+ * configuration and computes the bytes this rank will hold; the copy pass (only if every check
+ * passed) copies the slices into the arena. */
 
 struct binder {
     struct model *m;
+    const struct model_load_params *p;
+    bool copy;            /* false: check only */
+    uint64_t copy_bytes;  /* bytes of this rank's slices (check pass) / copied so far */
     char *err;
     size_t errlen;
     int type_count[DTYPE_COUNT];
@@ -245,9 +252,43 @@ static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor 
                    b->m->path, t->name, got, expected);
 }
 
-/* A matmul weight {k, n}: y[n] = W x[k]. */
+struct copy_job {
+    const uint8_t *src;
+    uint8_t *dst;
+    int64_t rows;
+    size_t src_stride, src_offset, bytes; /* per row: copy bytes from src + offset */
+};
+
+static void copy_worker(void *ctx, int ith, int nth) {
+    const struct copy_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->rows, 1, ith, nth, &lo, &hi);
+    for (long r = lo; r < hi; r++)
+        memcpy(j->dst + (size_t)r * j->bytes, j->src + (size_t)r * j->src_stride + j->src_offset, j->bytes);
+}
+
+/* Copy rows [rows.begin, rows.end) x values [cols.begin, cols.end) of a {k, n} tensor of type
+ * t into the arena, on the pool's threads (so pages are first touched on the rank's node). */
+static void *copy_slice(struct binder *b, const struct gguf_tensor *t, struct range rows, struct range cols) {
+    const struct dtype_info *ti = dtype_get(t->type);
+    NM_ASSERT(cols.begin % ti->blck_size == 0 && (cols.end % ti->blck_size == 0 || cols.end == t->ne[0]));
+    const size_t src_stride = dtype_row_size((enum dtype)t->type, t->ne[0]);
+    const size_t bytes = dtype_row_size((enum dtype)t->type, range_len(cols));
+    uint8_t *dst = arena_alloc(b->m->arena, bytes * (size_t)range_len(rows), t->name);
+    struct copy_job j = {.src = (const uint8_t *)t->data + (size_t)rows.begin * src_stride,
+                         .dst = dst,
+                         .rows = range_len(rows),
+                         .src_stride = src_stride,
+                         .src_offset = dtype_row_size((enum dtype)t->type, cols.begin),
+                         .bytes = bytes};
+    if (b->p->pool) pool_run(b->p->pool, copy_worker, &j);
+    else copy_worker(&j, 0, 1);
+    return dst;
+}
+
+/* A matmul weight {k, n} (y[n] = W x[k]); this rank keeps rows `rows` and values `cols`. */
 static enum nm_status bind_matmul(struct binder *b, const char *name, int64_t k, int64_t n, bool required,
-                                  struct weight *w) {
+                                  struct range rows, struct range cols, struct weight *w) {
     const struct gguf_tensor *t;
     enum nm_status st = find_tensor(b, name, required, &t);
     if (st || !t) return st;
@@ -256,16 +297,24 @@ static enum nm_status bind_matmul(struct binder *b, const char *name, int64_t k,
         snprintf(exp, sizeof exp, "{%lld, %lld}", (long long)k, (long long)n);
         return shape_mismatch(b, t, exp);
     }
-    *w = weight_rows((enum dtype)t->type, k, n, t->data);
-    b->m->weight_bytes += t->size;
-    b->m->n_params += (uint64_t)(k * n);
-    b->type_count[t->type]++;
+    const size_t slice_bytes = dtype_row_size((enum dtype)t->type, range_len(cols)) * (size_t)range_len(rows);
+    if (!b->copy) {
+        b->m->weight_bytes += t->size;
+        b->m->n_params += (uint64_t)(k * n);
+        b->type_count[t->type]++;
+        b->copy_bytes += slice_bytes;
+        *w = weight_rows((enum dtype)t->type, k, n, t->data); /* marks the tensor present */
+        return NM_OK;
+    }
+    *w = weight_rows((enum dtype)t->type, range_len(cols), range_len(rows), copy_slice(b, t, rows, cols));
+    b->copy_bytes += slice_bytes;
     return NM_OK;
 }
 
-/* A vector {n} used as f32 (norm weights, biases): borrowed from the file when it is F32,
- * otherwise converted into an owned copy. */
-static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bool required, const float **out) {
+/* A vector {n} used as f32 (norm weights, biases): this rank's values [part), converted to an
+ * f32 copy in the arena. */
+static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bool required, struct range part,
+                               const float **out) {
     const struct gguf_tensor *t;
     *out = NULL;
     enum nm_status st = find_tensor(b, name, required, &t);
@@ -275,58 +324,136 @@ static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bo
         snprintf(exp, sizeof exp, "{%lld}", (long long)n);
         return shape_mismatch(b, t, exp);
     }
-    b->m->weight_bytes += t->size;
-    b->m->n_params += (uint64_t)n;
-    if (t->type == DTYPE_F32) {
-        *out = t->data;
+    if (!b->copy) {
+        b->m->weight_bytes += t->size;
+        b->m->n_params += (uint64_t)n;
+        b->copy_bytes += (uint64_t)range_len(part) * sizeof(float);
+        *out = t->data; /* marks the tensor present */
         return NM_OK;
     }
-    float *copy = nm_alloc((size_t)n * sizeof(float), 64, name);
-    dequantize_row_ref((enum dtype)t->type, t->data, copy, n);
-    struct model *m = b->m;
-    m->owned = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *m->owned);
-    NM_ASSERT(m->owned);
-    m->owned[m->n_owned++] = copy;
+    float *copy = arena_alloc(b->m->arena, (size_t)n * sizeof(float), name);
+    dequantize_row_ref((enum dtype)t->type, t->data, copy, n); /* f32 vectors: a copy */
+    memmove(copy, copy + part.begin, (size_t)range_len(part) * sizeof(float));
+    b->copy_bytes += (uint64_t)range_len(part) * sizeof(float);
     *out = copy;
     return NM_OK;
 }
 
+static struct range whole(int64_t n) { return (struct range){0, n}; }
+static struct range times(struct range r, int64_t f) { return (struct range){r.begin * f, r.end * f}; }
+
 static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights *L) {
     const struct model_config *c = &b->m->cfg;
+    const struct shard *s = &b->m->shard;
     const int64_t e = c->n_embd, q = c->n_head * c->head_dim, kv = c->n_head_kv * c->head_dim,
                   vv = c->n_head_kv * c->head_dim_v, o = c->n_head * c->head_dim_v;
+    const struct range rq = times(s->q_heads, c->head_dim), rk = times(s->kv_heads, c->head_dim),
+                       rv = times(s->kv_heads, c->head_dim_v), E = whole(e);
     const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3;
     char name[GGUF_MAX_NAME];
     enum nm_status st;
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
-    if ((st = bind_vec(b, NAME("attn_norm.weight"), e, true, &L->attn_norm))) return st;
-    if ((st = bind_matmul(b, NAME("attn_q.weight"), e, q, true, &L->wq))) return st;
-    if ((st = bind_matmul(b, NAME("attn_k.weight"), e, kv, true, &L->wk))) return st;
-    if ((st = bind_matmul(b, NAME("attn_v.weight"), e, vv, true, &L->wv))) return st;
-    if ((st = bind_matmul(b, NAME("attn_output.weight"), o, e, true, &L->wo))) return st;
-    if ((st = bind_vec(b, NAME("attn_q.bias"), q, qwen2, &L->bq))) return st;
-    if ((st = bind_vec(b, NAME("attn_k.bias"), kv, qwen2, &L->bk))) return st;
-    if ((st = bind_vec(b, NAME("attn_v.bias"), vv, qwen2, &L->bv))) return st;
-    if ((st = bind_vec(b, NAME("attn_output.bias"), e, false, &L->bo))) return st;
-    if ((st = bind_vec(b, NAME("attn_q_norm.weight"), c->head_dim, qwen3, &L->q_norm))) return st;
-    if ((st = bind_vec(b, NAME("attn_k_norm.weight"), c->head_dim, qwen3, &L->k_norm))) return st;
-    if ((st = bind_vec(b, NAME("ffn_norm.weight"), e, true, &L->ffn_norm))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_gate.weight"), e, c->n_ff, true, &L->w_gate))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_up.weight"), e, c->n_ff, true, &L->w_up))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_down.weight"), c->n_ff, e, true, &L->w_down))) return st;
+    if ((st = bind_vec(b, NAME("attn_norm.weight"), e, true, E, &L->attn_norm))) return st;
+    if ((st = bind_matmul(b, NAME("attn_q.weight"), e, q, true, rq, E, &L->wq))) return st;
+    if ((st = bind_matmul(b, NAME("attn_k.weight"), e, kv, true, rk, E, &L->wk))) return st;
+    if ((st = bind_matmul(b, NAME("attn_v.weight"), e, vv, true, rv, E, &L->wv))) return st;
+    if ((st = bind_matmul(b, NAME("attn_output.weight"), o, e, true, E, s->wo_cols, &L->wo))) return st;
+    if ((st = bind_vec(b, NAME("attn_q.bias"), q, qwen2, rq, &L->bq))) return st;
+    if ((st = bind_vec(b, NAME("attn_k.bias"), kv, qwen2, rk, &L->bk))) return st;
+    if ((st = bind_vec(b, NAME("attn_v.bias"), vv, qwen2, rv, &L->bv))) return st;
+    if ((st = bind_vec(b, NAME("attn_output.bias"), e, false, E, &L->bo))) return st;
+    if ((st = bind_vec(b, NAME("attn_q_norm.weight"), c->head_dim, qwen3, whole(c->head_dim), &L->q_norm))) return st;
+    if ((st = bind_vec(b, NAME("attn_k_norm.weight"), c->head_dim, qwen3, whole(c->head_dim), &L->k_norm))) return st;
+    if ((st = bind_vec(b, NAME("ffn_norm.weight"), e, true, E, &L->ffn_norm))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_gate.weight"), e, c->n_ff, true, s->ff, E, &L->w_gate))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_up.weight"), e, c->n_ff, true, s->ff, E, &L->w_up))) return st;
+    if ((st = bind_matmul(b, NAME("ffn_down.weight"), c->n_ff, e, true, E, s->ff, &L->w_down))) return st;
 #undef NAME
-    if (!qwen3 && (L->q_norm || L->k_norm))
-        nm_log_warn("blk.%d has attn_q_norm/attn_k_norm, which %s does not use; ignored", il, arch_name(c->arch));
+    if (!qwen3 && (L->q_norm || L->k_norm)) {
+        if (!b->copy)
+            nm_log_warn("blk.%d has attn_q_norm/attn_k_norm, which %s does not use; ignored", il, arch_name(c->arch));
+        L->q_norm = L->k_norm = NULL;
+    }
     return NM_OK;
 }
 
-enum nm_status model_load_file(struct gguf_file *f, struct model **out, char *err, size_t errlen) {
+/* Everything except the layers: embedding (left in the mapped file: one row is read per token),
+ * output norm, output head rows, optional bias and RoPE factors. */
+static enum nm_status bind_globals(struct binder *b) {
+    struct model *m = b->m;
+    const struct model_config *c = &m->cfg;
+    const struct range V = m->shard.vocab, E = whole(c->n_embd);
+    enum nm_status st;
+    const struct gguf_tensor *te;
+    if ((st = find_tensor(b, "token_embd.weight", true, &te))) return st;
+    if (te->n_dims != 2 || te->ne[0] != c->n_embd || te->ne[1] != c->n_vocab) {
+        char exp[64];
+        snprintf(exp, sizeof exp, "{%lld, %lld}", (long long)c->n_embd, (long long)c->n_vocab);
+        return shape_mismatch(b, te, exp);
+    }
+    m->tok_embd = weight_rows((enum dtype)te->type, c->n_embd, c->n_vocab, te->data);
+    if (!b->copy) {
+        m->weight_bytes += te->size;
+        m->n_params += (uint64_t)(c->n_embd * c->n_vocab);
+    }
+    if ((st = bind_vec(b, "output_norm.weight", c->n_embd, true, E, &m->output_norm))) return st;
+    m->output_tied = !gguf_find_tensor(m->file, "output.weight");
+    const char *head = m->output_tied ? "token_embd.weight" : "output.weight";
+    if (m->output_tied && !b->copy) {
+        /* The head reads this rank's rows of the embedding table: count its bytes, not the
+         * parameters again. */
+        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
+        nm_log_info("output.weight absent: output head tied to token_embd.weight");
+    } else if (m->output_tied) {
+        m->output = weight_rows(m->tok_embd.type, c->n_embd, range_len(V), copy_slice(b, te, V, E));
+        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
+    } else {
+        if ((st = bind_matmul(b, head, c->n_embd, c->n_vocab, true, V, E, &m->output))) return st;
+        if (!b->copy) b->type_count[m->output.type]++;
+    }
+    if ((st = bind_vec(b, "output.bias", c->n_vocab, false, V, &m->output_bias))) return st;
+    if ((st = bind_vec(b, "rope_freqs.weight", c->n_rot / 2, false, whole(c->n_rot / 2), &m->rope_freqs))) return st;
+    return NM_OK;
+}
+
+/* Load progress of all ranks, summed on every rank once per layer (every rank loads the layers
+ * in the same order) and printed by rank 0 every few seconds. total_mib: all ranks' bytes. */
+static void report_progress(struct binder *b, int layer, float total_mib, double t0, double *last) {
+    float done = (float)((double)b->copy_bytes / (1 << 20));
+    if (b->p->coll) coll_allreduce_sum_f32(b->p->coll, &done, &done, 1);
+    const double now = nm_time_s();
+    if (b->p->rank == 0 && (now - *last > 2.0 || layer + 1 == b->m->cfg.n_layer)) {
+        nm_log_info("loading: %d/%lld layers, %.0f of %.0f MiB (all ranks), %.2f GB/s", layer + 1,
+                    (long long)b->m->cfg.n_layer, done, total_mib, (double)done * (1 << 20) / 1e9 / (now - t0));
+        *last = now;
+    }
+}
+
+static enum nm_status bind_all(struct binder *b) {
+    float total_mib = (float)((double)b->copy_bytes / (1 << 20)); /* from the check pass */
+    if (b->copy && b->p->coll) coll_allreduce_sum_f32(b->p->coll, &total_mib, &total_mib, 1);
+    if (b->copy) b->copy_bytes = 0;
+    const double t0 = nm_time_s();
+    double last = t0;
+    enum nm_status st = bind_globals(b);
+    if (st) return st;
+    for (int il = 0; il < b->m->cfg.n_layer; il++) {
+        if ((st = bind_layer(b, il, &b->m->layers[il]))) return st;
+        if (b->copy) report_progress(b, il, total_mib, t0, &last);
+    }
+    return NM_OK;
+}
+
+enum nm_status model_load_file(struct gguf_file *f, const struct model_load_params *params, struct model **out,
+                               char *err, size_t errlen) {
+    static const struct model_load_params k_single = {.rank = 0, .nranks = 1};
+    const struct model_load_params *p = params ? params : &k_single;
     *out = NULL;
     struct model *m = calloc(1, sizeof *m);
     NM_ASSERT(m);
     m->file = f;
     m->path = f->path;
-    struct binder b = {.m = m, .err = err, .errlen = errlen};
+    struct binder b = {.m = m, .p = p, .err = err, .errlen = errlen};
     enum nm_status st;
     if (f->n_tensors == 0) {
         st = nm_errf(err, errlen, NM_ERR_NOT_FOUND,
@@ -338,31 +465,32 @@ enum nm_status model_load_file(struct gguf_file *f, struct model **out, char *er
     /* Refuse an absurd block_count before allocating for it (a layer has several tensors). */
     if ((uint64_t)c->n_layer > f->n_tensors) {
         st = nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: %s.block_count is %lld, but the file has only %llu tensors",
-                     f->path,
-                     arch_name(c->arch), (long long)c->n_layer, (unsigned long long)f->n_tensors);
+                     f->path, arch_name(c->arch), (long long)c->n_layer, (unsigned long long)f->n_tensors);
         goto fail;
     }
-
-    if ((st = bind_matmul(&b, "token_embd.weight", c->n_embd, c->n_vocab, true, &m->tok_embd))) goto fail;
-    b.type_count[m->tok_embd.type]--; /* the embedding is a lookup table, not a matmul weight */
-    if ((st = bind_vec(&b, "output_norm.weight", c->n_embd, true, &m->output_norm))) goto fail;
-    if ((st = bind_matmul(&b, "output.weight", c->n_embd, c->n_vocab, false, &m->output))) goto fail;
-    if (m->output.layout == WEIGHT_LAYOUT_NONE) {
-        m->output = m->tok_embd;
-        m->output_tied = true;
-        nm_log_info("output.weight absent: output head tied to token_embd.weight");
-    }
-    if ((st = bind_vec(&b, "output.bias", c->n_vocab, false, &m->output_bias))) goto fail;
-    if ((st = bind_vec(&b, "rope_freqs.weight", c->n_rot / 2, false, &m->rope_freqs))) goto fail;
+    const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
+    const struct gguf_tensor *down = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+    struct shard_types types = {.wo = wo && dtype_get(wo->type) ? (enum dtype)wo->type : DTYPE_F32,
+                                .w_down = down && dtype_get(down->type) ? (enum dtype)down->type : DTYPE_F32};
+    if ((st = shard_plan(c, &types, p->rank, p->nranks, &m->shard, err, errlen))) goto fail;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     NM_ASSERT(m->layers);
-    for (int il = 0; il < c->n_layer; il++)
-        if ((st = bind_layer(&b, il, &m->layers[il]))) goto fail;
 
+    /* Pass 1: check everything. */
+    if ((st = bind_all(&b))) goto fail;
     int best = -1;
     for (int t = 0; t < DTYPE_COUNT; t++)
         if (b.type_count[t] > 0 && (best < 0 || b.type_count[t] > b.type_count[best])) best = t;
     m->cfg.weight_type = best < 0 ? DTYPE_F32 : (enum dtype)best;
+
+    /* Pass 2: copy this rank's slices into node-local memory. */
+    const double t0 = nm_time_s();
+    m->arena = arena_init(-1);
+    memset(m->layers, 0, (size_t)c->n_layer * sizeof *m->layers);
+    b.copy = true;
+    if ((st = bind_all(&b))) goto fail;
+    m->loaded_bytes = b.copy_bytes;
+    m->load_seconds = nm_time_s() - t0;
     *out = m;
     return NM_OK;
 fail:
@@ -370,18 +498,18 @@ fail:
     return st;
 }
 
-enum nm_status model_load(const char *path, struct model **out, char *err, size_t errlen) {
+enum nm_status model_load(const char *path, const struct model_load_params *p, struct model **out, char *err,
+                          size_t errlen) {
     struct gguf_file *f;
     *out = NULL;
     enum nm_status st = gguf_open(path, &f, err, errlen);
     if (st) return st;
-    return model_load_file(f, out, err, errlen);
+    return model_load_file(f, p, out, err, errlen);
 }
 
 void model_free(struct model *m) {
     if (!m) return;
-    for (int i = 0; i < m->n_owned; i++) nm_free(m->owned[i]);
-    free(m->owned);
+    arena_free(m->arena);
     free(m->layers);
     gguf_close(m->file);
     free(m);

@@ -1,14 +1,20 @@
 /* A model as this rank sees it: the configuration read from GGUF metadata only (DESIGN lesson
- * 4: every size comes from the file or the user's flags), and every tensor bound and checked
- * against that configuration. Weights are used in place from the mapped file. */
+ * 4: every size comes from the file or the user's flags), every tensor checked against that
+ * configuration, and this rank's slice of every matmul weight (shard.h) copied from the mapped
+ * file into memory on the rank's NUMA node (arena.h), where it stays (DESIGN lesson 1). The
+ * single-rank case is the shard 0 of 1: the same path. */
 #ifndef NM_MODEL_H
 #define NM_MODEL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "gguf.h"
 #include "matmul.h"
+#include "shard.h"
+
+struct coll;
 
 enum arch {
     ARCH_LLAMA,
@@ -41,43 +47,57 @@ struct model_config {
     enum dtype weight_type; /* most common matmul weight type, for display */
 };
 
+/* Shapes are this rank's: q_local = n_head_local * head_dim, kv_local = n_head_kv_local *
+ * head_dim, ff_local = its n_ff columns, wo_k = its attn_output columns (block-widened). */
 struct layer_weights {
-    const float *attn_norm;        /* [n_embd] f32 */
-    struct weight wq;              /* [n_embd -> n_head*head_dim] */
-    struct weight wk;              /* [n_embd -> n_head_kv*head_dim] */
-    struct weight wv;              /* [n_embd -> n_head_kv*head_dim_v] */
-    struct weight wo;              /* [n_head*head_dim_v -> n_embd] */
-    const float *bq, *bk, *bv, *bo; /* optional biases f32 (qwen2: bq, bk, bv required) */
-    const float *q_norm, *k_norm;  /* [head_dim] f32, qwen3 only */
-    const float *ffn_norm;         /* [n_embd] f32 */
-    struct weight w_gate;          /* [n_embd -> n_ff] */
-    struct weight w_up;            /* [n_embd -> n_ff] */
-    struct weight w_down;          /* [n_ff -> n_embd] */
+    const float *attn_norm;        /* [n_embd] f32, replicated */
+    struct weight wq;              /* [n_embd -> q_local] column-parallel */
+    struct weight wk;              /* [n_embd -> kv_local] column-parallel */
+    struct weight wv;              /* [n_embd -> n_head_kv_local * head_dim_v] column-parallel */
+    struct weight wo;              /* [wo_k -> n_embd] row-parallel: partial sums, allreduced */
+    const float *bq, *bk, *bv;     /* [q_local], [kv_local], [v_local] f32 slices; qwen2 requires them */
+    const float *bo;               /* [n_embd] f32, replicated, added after the allreduce */
+    const float *q_norm, *k_norm;  /* [head_dim] f32, replicated, qwen3 only */
+    const float *ffn_norm;         /* [n_embd] f32, replicated */
+    struct weight w_gate;          /* [n_embd -> ff_local] column-parallel */
+    struct weight w_up;            /* [n_embd -> ff_local] column-parallel */
+    struct weight w_down;          /* [ff_local -> n_embd] row-parallel */
 };
 
 struct model {
     const char *path;
     struct gguf_file *file;
     struct model_config cfg;
-    struct weight tok_embd;     /* [n_embd x n_vocab], rows looked up by token id */
+    struct shard shard;         /* this rank's slices */
+    struct arena *arena;        /* node-local memory holding them */
+    struct weight tok_embd;     /* [n_embd x n_vocab] in the mapped file: rows looked up by id */
     const float *output_norm;   /* [n_embd] f32 */
-    struct weight output;       /* [n_embd -> n_vocab]; token_embd when tied */
+    struct weight output;       /* [n_embd -> vocab_local] rows shard.vocab of output (or of
+                                   token_embd when tied) */
     bool output_tied;
-    const float *output_bias;   /* [n_vocab] f32, optional (qwen2) */
+    const float *output_bias;   /* [vocab_local] f32, optional (qwen2) */
     const float *rope_freqs;    /* [n_rot/2] f32, optional (Llama 3.1 long-context factors) */
     struct layer_weights *layers;
-    uint64_t weight_bytes;      /* bytes of all tensors used (token_embd counted once) */
-    uint64_t n_params;
-    void **owned;               /* f32 copies of small tensors stored in other float types */
-    int n_owned;
+    uint64_t weight_bytes;      /* bytes of all tensors of the whole model (token_embd once) */
+    uint64_t n_params;          /* parameters of the whole model */
+    uint64_t loaded_bytes;      /* bytes this rank copied into its arena */
+    double load_seconds;
 };
 
-/* Open a GGUF file, read its configuration and bind every tensor, checking type and shape.
- * Any problem returns a status with a message that names the key or tensor, the value found
- * and what was expected. */
-enum nm_status model_load(const char *path, struct model **out, char *err, size_t errlen);
-/* The same on an already-open file (taken over: closed by model_free). */
-enum nm_status model_load_file(struct gguf_file *f, struct model **out, char *err, size_t errlen);
+struct model_load_params {
+    int rank, nranks;           /* the shard to load; 0 of 1 for a single rank */
+    struct pool *pool;          /* threads (bound to the rank's cores) that copy the slices */
+    struct coll *coll;          /* optional: aggregates load progress on rank 0 */
+};
+
+/* Open a GGUF file, read its configuration, check every tensor's type and shape, and load this
+ * rank's slices. Any problem returns a status with a message that names the key or tensor, the
+ * value found and what was expected; nothing is copied before every tensor has been checked. */
+enum nm_status model_load(const char *path, const struct model_load_params *p, struct model **out, char *err,
+                          size_t errlen);
+/* The same on an already-open file (taken over: closed by model_free, also on failure). */
+enum nm_status model_load_file(struct gguf_file *f, const struct model_load_params *p, struct model **out, char *err,
+                               size_t errlen);
 void model_free(struct model *m);
 
 /* Read only the configuration (used by the launcher's planner and by tools). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "coll.h"
 
 struct cand {
     int32_t id;
@@ -129,37 +130,50 @@ static void softmax_cands(struct cand *c, int64_t n) {
     for (int64_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
 }
 
-int32_t sampler_sample(struct sampler *s, const float *logits) {
+/* Step 1, on each rank's slice: repetition penalty (as llama.cpp: divide positive logits,
+ * multiply negative ones), then keep the slice's best candidates: 1 for greedy, top_k when set,
+ * else all. Returns the count written to s->cands. */
+static int64_t local_candidates(struct sampler *s, const float *logits, int64_t v0, int64_t n) {
     const struct sampler_params *p = &s->p;
-    int64_t n = s->n_vocab;
-    for (int64_t i = 0; i < n; i++) s->cands[i] = (struct cand){.id = (int32_t)i, .logit = logits[i]};
-
-    /* Repetition penalty (as llama.cpp): divide positive logits, multiply negative ones. */
+    for (int64_t i = 0; i < n; i++) s->cands[i] = (struct cand){.id = (int32_t)(v0 + i), .logit = logits[i]};
     if (p->repeat_penalty != 1.0f) {
         for (int r = 0; r < s->n_recent; r++) {
-            struct cand *c = &s->cands[s->recent[r]];
+            const int64_t i = s->recent[r] - v0;
+            if (i < 0 || i >= n) continue;
+            struct cand *c = &s->cands[i];
             if (c->p != 0) continue; /* already penalized: p doubles as a visited mark here */
             c->logit = c->logit > 0 ? c->logit / p->repeat_penalty : c->logit * p->repeat_penalty;
             c->p = 1;
         }
     }
+    int64_t keep = n;
+    if (p->temp <= 0) keep = 1;
+    else if (p->top_k > 0 && p->top_k < n) keep = p->top_k;
+    if (keep < n) select_top(s->cands, n, keep); /* O(n): a full sort of 150k logits costs ~10 ms */
+    for (int64_t i = 0; i < keep; i++) s->cands[i].p = 0;
+    return keep;
+}
+
+/* Step 2, on the gathered candidates: top-k, top-p, min-p, temperature, draw. */
+static int32_t pick(struct sampler *s, struct cand *c, int64_t n) {
+    const struct sampler_params *p = &s->p;
     if (p->temp <= 0) {
         int64_t best = 0;
         for (int64_t i = 1; i < n; i++)
-            if (s->cands[i].logit > s->cands[best].logit) best = i;
-        return s->cands[best].id;
+            if (cmp_cand_desc(&c[i], &c[best]) < 0) best = i;
+        return c[best].id;
     }
     if (p->top_k > 0 && p->top_k < n) {
-        select_top(s->cands, n, p->top_k); /* O(n): a full sort of 150k logits costs ~10 ms */
+        select_top(c, n, p->top_k);
         n = p->top_k;
     }
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
-    softmax_cands(s->cands, n);
+    qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
+    softmax_cands(c, n);
     if (p->top_p < 1.0f) {
         double cum = 0;
         int64_t keep = n;
         for (int64_t i = 0; i < n; i++) {
-            cum += s->cands[i].p;
+            cum += c[i].p;
             if (cum >= p->top_p) {
                 keep = i + 1;
                 break;
@@ -168,17 +182,45 @@ int32_t sampler_sample(struct sampler *s, const float *logits) {
         n = keep;
     }
     if (p->min_p > 0.0f) {
-        const float floor = s->cands[0].p * p->min_p;
+        const float floor = c[0].p * p->min_p;
         int64_t keep = 1;
-        while (keep < n && s->cands[keep].p >= floor) keep++;
+        while (keep < n && c[keep].p >= floor) keep++;
         n = keep;
     }
-    for (int64_t i = 0; i < n; i++) s->cands[i].logit /= p->temp;
-    softmax_cands(s->cands, n);
+    for (int64_t i = 0; i < n; i++) c[i].logit /= p->temp;
+    softmax_cands(c, n);
     double r = rng_uniform(s->rng), cum = 0;
     for (int64_t i = 0; i < n; i++) {
-        cum += s->cands[i].p;
-        if (r < cum) return s->cands[i].id;
+        cum += c[i].p;
+        if (r < cum) return c[i].id;
     }
-    return s->cands[n - 1].id;
+    return c[n - 1].id;
+}
+
+int32_t sampler_sample(struct sampler *s, const float *logits) {
+    return pick(s, s->cands, local_candidates(s, logits, 0, s->n_vocab));
+}
+
+int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local) {
+    const int nr = coll_size(c), rank = coll_rank(c);
+    const int64_t n = local_candidates(s, local, v0, n_local);
+    int64_t *counts = malloc((size_t)nr * sizeof *counts);
+    size_t *bytes = malloc((size_t)nr * sizeof *bytes);
+    NM_ASSERT(counts && bytes);
+    coll_allgather(c, &n, sizeof n, counts);
+    int64_t total = 0;
+    for (int r = 0; r < nr; r++) {
+        bytes[r] = (size_t)counts[r] * sizeof(struct cand);
+        total += counts[r];
+    }
+    struct cand *all = malloc((size_t)total * sizeof *all);
+    NM_ASSERT(all);
+    coll_allgatherv(c, s->cands, bytes, all);
+    int32_t token = 0;
+    if (rank == 0) token = pick(s, all, total);
+    coll_bcast(c, &token, sizeof token, 0);
+    free(all);
+    free(bytes);
+    free(counts);
+    return token;
 }

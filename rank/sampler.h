@@ -1,10 +1,17 @@
 /* Token sampling from logits: repetition penalty, top-k, top-p, min-p, temperature, then a
  * draw from a seeded generator (the same seed gives the same tokens), or greedy argmax when
- * temp <= 0. The order follows llama.cpp's default chain so settings mean the same. */
+ * temp <= 0. The order follows llama.cpp's default chain so settings mean the same.
+ *
+ * With the output head split by vocabulary over ranks, each rank turns its slice of the logits
+ * into candidates (penalty, then its own top-k: one candidate for greedy), the candidates are
+ * gathered, rank 0 picks and broadcasts the token. Full logits cross ranks only when top-k is
+ * off. One rank is the same path with one slice. */
 #ifndef NM_SAMPLER_H
 #define NM_SAMPLER_H
 
 #include <stdint.h>
+
+struct coll;
 
 struct sampler_params {
     float temp;           /* <= 0: greedy */
@@ -25,8 +32,13 @@ struct sampler *sampler_init(const struct sampler_params *p, int64_t n_vocab);
 void sampler_free(struct sampler *s);
 /* Record a token of the context (prompt or generated) for the repetition penalty. */
 void sampler_accept(struct sampler *s, int32_t token);
-/* Choose the next token from logits[n_vocab] (not modified). */
+/* Choose the next token from logits[n_vocab] (not modified), on one rank. */
 int32_t sampler_sample(struct sampler *s, const float *logits);
+
+/* Collective: choose the next token from every rank's slice local[n_local] (vocabulary ids
+ * v0 .. v0+n_local-1); every rank returns the same token. Every rank's sampler must have
+ * accepted the same tokens. */
+int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local);
 /* Index of the largest logit (ties: the lowest index). */
 int32_t sampler_argmax(const float *logits, int64_t n);
 

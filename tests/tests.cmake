@@ -9,6 +9,21 @@ function(nm_add_test name)
   set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS "${T_LABELS}")
 endfunction()
 
+# How tests start several ranks: Open MPI's mpirun, oversubscribed (CI has 2 cores), and
+# allowed to run as root where the tests run as root.
+if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
+  set(NM_MPIRUN ${MPIEXEC_EXECUTABLE})
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version
+                  ERROR_VARIABLE _mpiexec_version)
+  if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    list(APPEND NM_MPIRUN --oversubscribe)
+    execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(_uid STREQUAL "0")
+      list(APPEND NM_MPIRUN --allow-run-as-root)
+    endif()
+  endif()
+endif()
+
 file(GLOB NM_TEST_CMAKE CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*/tests.cmake)
 foreach(f ${NM_TEST_CMAKE})
   include(${f})

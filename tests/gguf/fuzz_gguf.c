@@ -78,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_message(model_config_read(f, &cfg, err, sizeof err), err);
     struct model *m;
     err[0] = 0;
-    st = model_load_file(f, &m, err, sizeof err); /* takes f over, also when it fails */
+    st = model_load_file(f, NULL, &m, err, sizeof err); /* takes f over, also when it fails */
     check_message(st, err);
     if (st != NM_OK) return 0;
     if (m->cfg.n_embd <= (1 << 20)) {

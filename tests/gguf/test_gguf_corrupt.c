@@ -506,7 +506,7 @@ static enum nm_status load_bytes(const uint8_t *bytes, size_t n, const char *nam
     enum nm_status st = gguf_parse(copy, n, name, &f, err, errlen);
     if (st == NM_OK) {
         struct model *m;
-        st = model_load_file(f, &m, err, errlen); /* takes f over, also on failure */
+        st = model_load_file(f, NULL, &m, err, errlen); /* takes f over, also on failure */
         if (st == NM_OK) {
             /* Touch the first and last embedding rows: the bound data must lie in the file. */
             float *row = malloc((size_t)m->cfg.n_embd * sizeof(float));
@@ -527,7 +527,7 @@ static enum nm_status load_path(const uint8_t *bytes, size_t n, const char *name
     write_file(path, bytes, n);
     err[0] = 0;
     struct model *m;
-    enum nm_status st = model_load(path, &m, err, errlen);
+    enum nm_status st = model_load(path, NULL, &m, err, errlen);
     if (st == NM_OK) model_free(m);
     unlink(path);
     return st;
@@ -1111,6 +1111,15 @@ static int write_seeds(const char *dir, const char *vocab_dir, long max_bytes) {
         if (strncmp(p->name, "tiny-", 5) != 0) continue;
         for (uint32_t t = 0; t < DTYPE_COUNT; t++) {
             if (!dtype_get(t)) continue;
+            /* Skip, without writing it, a model whose weights alone pass max_bytes. */
+            const int64_t hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
+            const double params = (double)p->n_vocab * (double)p->n_embd * (p->tied ? 1 : 2) +
+                                  (double)p->n_layer * ((double)p->n_embd * (double)hd * 2 * (double)(p->n_head + p->n_head_kv) +
+                                                        3.0 * (double)p->n_embd * (double)p->n_ff);
+            if (params * dtype_get(t)->type_size / dtype_get(t)->blck_size > (double)max_bytes) {
+                skipped++;
+                continue;
+            }
             snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, p->name, dtype_get(t)->name);
             if (make_preset(p->name, (enum dtype)t, path, err, sizeof err)) nm_fatal("mkmodel: %s", err);
             struct stat sb;
