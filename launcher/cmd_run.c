@@ -1,26 +1,29 @@
-/* numallm run: load a model, evaluate a prompt, generate tokens, print a summary. With one CPU
- * rank and no GPU this runs in-process, without MPI (the single-rank fallback). */
+/* numallm run: load a model, evaluate a prompt, generate tokens (or chat, with --chat), print a
+ * summary. Every rank of an mpirun job runs this same command; rank 0 reads the input and
+ * prints the output. Without mpirun it is the single-rank fallback: one process, no MPI. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "cli.h"
 #include "coll.h"
-#include "cpu.h"
 #include "dump.h"
-#include "forward.h"
-#include "model.h"
 #include "sampler.h"
+#include "session.h"
 
 struct run_opts {
-    const char *model;
+    struct session_opts so;
+    const char *prompt;      /* -p TEXT */
+    const char *prompt_file; /* -f FILE */
     const char *tokens;      /* --tokens "1,2,3" */
+    const char *system;      /* -sys TEXT (chat) */
+    const char *chat_template;
+    bool chat;
     long long n_predict;
     long long n_ctx;
-    long long n_threads;
-    long long n_batch;
-    int kv_type;
     bool ignore_eos;
+    bool show_special;
     struct sampler_params sp;
     const char *dump_logits;
     const char *dump_layers;
@@ -28,27 +31,36 @@ struct run_opts {
 
 static void run_usage(FILE *f) {
     fprintf(f,
-            "usage: numallm run [-m MODEL.gguf] [--tokens IDS] [-n N] [-c CTX] [-t THREADS] [-b BATCH]\n"
-            "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
-            "                   [--repeat-last-n N] [-s SEED] [--ignore-eos] [-ctk f16|f32]\n"
+            "usage: numallm run [-m MODEL.gguf] [-p TEXT | -f FILE | --tokens IDS] [-n N] [-c CTX] [-t THREADS]\n"
+            "                   [-b BATCH] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
+            "                   [--repeat-last-n N] [-s SEED] [--ignore-eos] [-ctk f16|f32] [--special]\n"
+            "                   [--chat [--chat-template auto|chatml|llama3|llama2] [-sys TEXT]]\n"
             "                   [--dump-logits FILE] [--dump-layers DIR]\n"
             "\n"
             "  -m, --model        GGUF model (default: a synthetic qwen2.5-0.5b-shaped Q4_0 model, made once\n"
             "                     into the cache directory, $NUMALLM_CACHE or ~/.cache/numallm)\n"
-            "  --tokens IDS       the prompt as comma-separated token ids (default: the BOS token)\n"
-            "  -n, --n-predict    tokens to generate (default 128; 0 = prompt only)\n"
-            "  -c, --ctx-size     context size (default: prompt + n-predict, at most the model's)\n"
-            "  -t, --threads      threads, bound to the allowed CPUs in order (default: all allowed)\n"
+            "  -p, --prompt TEXT  the prompt (special tokens such as <|im_start|> written in it are parsed)\n"
+            "  -f, --file FILE    read the prompt from FILE\n"
+            "  --tokens IDS       the prompt as comma-separated token ids; ids are printed instead of text\n"
+            "                     (default prompt: the BOS token)\n"
+            "  -n, --n-predict    tokens to generate (default 128; per answer with --chat; 0 = prompt only)\n"
+            "  -c, --ctx-size     context size (default: prompt + n-predict; with --chat the model's, at most 4096)\n"
+            "  -t, --threads      threads per rank, bound to the allowed CPUs in order (default: all allowed)\n"
             "  -b, --batch-size   prompt tokens per forward chunk (default 512)\n"
             "  --temp             temperature (default 0.8; 0 = greedy)\n"
             "  --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, -s/--seed: as llama.cpp\n"
             "  -ctk, --cache-type KV cache type, f16 (default) or f32\n"
+            "  --special          print special tokens (e.g. <|im_end|>) in the output\n"
+            "  --chat             interactive chat on standard input, keeping the KV cache between turns\n"
+            "  --chat-template    auto (from the file's tokenizer.chat_template), chatml, llama3 or llama2\n"
+            "  -sys, --system-prompt  system message for --chat\n"
             "  --dump-logits FILE logits of every prompt position and generated step (format in README)\n"
             "  --dump-layers DIR  the residual stream after every layer, for the prompt\n");
 }
 
 static int parse_run(int argc, char **argv, struct run_opts *o) {
-    *o = (struct run_opts){.n_predict = 128, .n_batch = 512, .kv_type = DTYPE_F16, .sp = sampler_default_params()};
+    *o = (struct run_opts){.so = {.n_batch = 512, .kv_type = DTYPE_F16}, .n_predict = 128,
+                           .chat_template = "auto", .sp = sampler_default_params()};
     long long ll;
     double d;
     const char *v;
@@ -59,18 +71,22 @@ static int parse_run(int argc, char **argv, struct run_opts *o) {
             run_usage(stdout);
             return 0;
         }
-        if (IS("--ignore-eos")) {
-            o->ignore_eos = true;
-            continue;
-        }
+        if (IS("--ignore-eos")) { o->ignore_eos = true; continue; }
+        if (IS("--chat") || IS("-cnv") || IS("--conversation")) { o->chat = true; continue; }
+        if (IS("--special")) { o->show_special = true; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 1;
-        if (IS("-m") || IS("--model")) o->model = v;
+        if (IS("-m") || IS("--model")) o->so.model = v;
+        else if (IS("-p") || IS("--prompt")) o->prompt = v;
+        else if (IS("-f") || IS("--file")) o->prompt_file = v;
         else if (IS("--tokens")) o->tokens = v;
+        else if (IS("-sys") || IS("--system-prompt")) o->system = v;
+        else if (IS("--chat-template")) o->chat_template = v;
         else if (IS("-n") || IS("--n-predict")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_predict)) return 1; }
         else if (IS("-c") || IS("--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return 1; }
-        else if (IS("-t") || IS("--threads")) { if (!cli_int(a, v, 1, 4096, &o->n_threads)) return 1; }
+        else if (IS("-t") || IS("--threads")) { if (!cli_int(a, v, 1, 4096, &o->so.n_threads)) return 1; }
         else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) {
-            if (!cli_int(a, v, 1, 1 << 16, &o->n_batch)) return 1;
+            if (!cli_int(a, v, 1, 1 << 16, &ll)) return 1;
+            o->so.n_batch = (int)ll;
         } else if (IS("--temp")) { if (!cli_float(a, v, 0, 100, &d)) return 1; o->sp.temp = (float)d; }
         else if (IS("--top-k")) { if (!cli_int(a, v, 0, 1 << 30, &ll)) return 1; o->sp.top_k = (int)ll; }
         else if (IS("--top-p")) { if (!cli_float(a, v, 0, 1, &d)) return 1; o->sp.top_p = (float)d; }
@@ -79,220 +95,343 @@ static int parse_run(int argc, char **argv, struct run_opts *o) {
         else if (IS("--repeat-last-n")) { if (!cli_int(a, v, 0, 1 << 20, &ll)) return 1; o->sp.repeat_last_n = (int)ll; }
         else if (IS("-s") || IS("--seed")) { if (!cli_int(a, v, 0, INT64_MAX, &ll)) return 1; o->sp.seed = (uint64_t)ll; }
         else if (IS("-ctk") || IS("-ctv") || IS("--cache-type") || IS("--cache-type-k") || IS("--cache-type-v")) {
-            if (strcmp(v, "f16") == 0) o->kv_type = DTYPE_F16;
-            else if (strcmp(v, "f32") == 0) o->kv_type = DTYPE_F32;
+            if (strcmp(v, "f16") == 0) o->so.kv_type = DTYPE_F16;
+            else if (strcmp(v, "f32") == 0) o->so.kv_type = DTYPE_F32;
             else {
                 fprintf(stderr, "error: invalid value '%s' for %s: expected f16 or f32\n", v, a);
                 return 1;
             }
         } else if (IS("--dump-logits")) o->dump_logits = v;
         else if (IS("--dump-layers")) o->dump_layers = v;
-        else if (IS("-p") || IS("--prompt")) {
-            fprintf(stderr, "error: text prompts need the tokenizer, which this build does not have yet; "
-                            "give the prompt as ids with --tokens\n");
-            return 1;
-        } else {
+        else {
             fprintf(stderr, "error: unknown option '%s' for run (numallm run --help lists them)\n", a);
             return 1;
         }
 #undef IS
     }
+    if (!!o->prompt + !!o->prompt_file + !!o->tokens > 1) {
+        fprintf(stderr, "error: give the prompt once: -p, -f or --tokens\n");
+        return 1;
+    }
+    if (o->chat && (o->tokens || o->dump_logits || o->dump_layers)) {
+        fprintf(stderr, "error: --chat takes text on standard input; --tokens and the dumps do not apply\n");
+        return 1;
+    }
     return -1; /* parsed; go on */
 }
 
-static void print_model(const struct model *m, const struct pool *pool) {
-    const struct model_config *c = &m->cfg;
-    const struct shard *sh = &m->shard;
-    char desc[128];
-    model_describe(m, desc, sizeof desc);
-    uint64_t pages;
-    const double local = arena_local_fraction(m->arena, &pages);
-    char where[64] = "the kernel cannot tell where its pages are";
-    if (local >= 0) snprintf(where, sizeof where, "%.1f%% of %llu pages on node %d", 100 * local,
-                             (unsigned long long)pages, arena_node(m->arena));
-    nm_log_info("shard %d/%d: heads %lld-%lld, KV heads %lld-%lld, n_ff %lld-%lld, vocab %lld-%lld; loaded %.1f MiB "
-                "in %.2f s (%.2f GB/s), %s",
-                sh->rank, sh->nranks, (long long)sh->q_heads.begin, (long long)sh->q_heads.end - 1,
-                (long long)sh->kv_heads.begin, (long long)sh->kv_heads.end - 1, (long long)sh->ff.begin,
-                (long long)sh->ff.end - 1, (long long)sh->vocab.begin, (long long)sh->vocab.end - 1,
-                (double)m->loaded_bytes / (1 << 20), m->load_seconds,
-                (double)m->loaded_bytes / 1e9 / NM_MAX(m->load_seconds, 1e-9), where);
-    if (sh->rank != 0) return;
-    nm_log_info("model: %s (%s), %.2f GiB, %.2fB params", desc, m->path, (double)m->weight_bytes / (1 << 30),
-                (double)m->n_params / 1e9);
-    nm_log_info("  n_vocab %lld, n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, "
-                "n_rot %lld, rope %s base %g scale %g%s, rms_eps %g",
-                (long long)c->n_vocab, (long long)c->n_embd, (long long)c->n_layer, (long long)c->n_ff,
-                (long long)c->n_head, (long long)c->n_head_kv, (long long)c->head_dim, (long long)c->n_rot,
-                c->rope_type == ROPE_TYPE_NEOX ? "neox" : "norm", c->rope_freq_base, c->rope_freq_scale,
-                m->rope_freqs ? " with rope_freqs" : "", c->rms_eps);
-    nm_log_info("  threads %d, kernels %s, weight layout %s", pool_size(pool), kern_isa_get()->name,
-                weight_layout_name(m->layers[0].wq.layout));
+/* Generation state shared by a single prompt and by chat turns. */
+struct gen {
+    struct session *s;
+    const struct run_opts *o;
+    struct sampler *smp;
+    struct tok_stream *ts;  /* NULL: print ids */
+    float *logits;          /* [vocab_local] of the last evaluated position */
+    float *full;            /* [n_vocab] when dumping logits */
+    struct dump_logits *dl; /* NULL: no dump */
+    int32_t eos;
+    int n_eval;             /* forward passes made while generating */
+    double t_gen;
+};
+
+static bool is_end(const struct gen *g, int32_t tok) {
+    if (g->s->tok) return tok_is_eog(g->s->tok, tok);
+    return tok == g->eos;
 }
 
-static int32_t token_id_or(const struct model *m, const char *key, int32_t def) {
-    int64_t v;
-    if (gguf_get_int(m->file, key, &v, NULL, 0) == NM_OK && v >= 0 && v < m->cfg.n_vocab) return (int32_t)v;
-    return def;
+static void emit(struct gen *g, int32_t tok) {
+    if (g->s->rank != 0) return;
+    if (!g->ts) {
+        printf(" %d", tok);
+    } else {
+        size_t n;
+        const char *p = tok_stream_feed(g->ts, tok, &n);
+        fwrite(p, 1, n, stdout);
+    }
+    fflush(stdout);
+}
+
+/* Sample and evaluate up to n_predict tokens after the engine's state; the last sampled token
+ * is not evaluated (its logits are not needed). Appends the tokens to *out when out != NULL.
+ * Stops at an end-of-generation token unless --ignore-eos. */
+static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char *err, size_t errlen) {
+    struct session *s = g->s;
+    const struct range vocab = s->m->shard.vocab;
+    const double t0 = nm_time_s();
+    for (long long i = 0; i < g->o->n_predict; i++) {
+        const int32_t tok = sampler_sample_dist(g->smp, s->coll, g->logits, vocab.begin, range_len(vocab));
+        sampler_accept(g->smp, tok);
+        const bool end = is_end(g, tok) && !g->o->ignore_eos;
+        if (!end || g->o->show_special) emit(g, tok);
+        if (out) {
+            *out = realloc(*out, (*n_out + 1) * sizeof **out);
+            NM_ASSERT(*out);
+            (*out)[(*n_out)++] = tok;
+        }
+        if (end || i + 1 == g->o->n_predict) break;
+        if (engine_n_past(s->e) + 1 > engine_n_ctx(s->e)) {
+            if (s->rank == 0) nm_log_warn("context of %lld tokens is full; stopping", (long long)engine_n_ctx(s->e));
+            break;
+        }
+        const int64_t pos = engine_n_past(s->e);
+        enum nm_status st = engine_eval(s->e, &tok, 1, false, g->logits, err, errlen);
+        if (st) return st;
+        g->n_eval++;
+        if (g->dl) {
+            engine_gather_logits(s->e, g->logits, g->full, 1);
+            if (s->rank == 0 && (st = dump_logits_row(g->dl, DUMP_KIND_GENERATED, pos, tok, g->full, err, errlen)))
+                return st;
+        }
+    }
+    if (g->ts && s->rank == 0) {
+        size_t n;
+        const char *p = tok_stream_flush(g->ts, &n);
+        fwrite(p, 1, n, stdout);
+    }
+    g->t_gen += nm_time_s() - t0;
+    return NM_OK;
+}
+
+static void print_summary(const struct gen *g, int n_prompt, double t_prompt, double coll_prompt) {
+    const struct session *s = g->s;
+    if (s->rank != 0) return;
+    const double coll_gen = engine_coll_seconds(s->e) - coll_prompt;
+    nm_log_info("load time   %8.2f ms", s->t_load * 1e3);
+    if (n_prompt > 0)
+        nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)", t_prompt * 1e3,
+                    n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt);
+    if (g->n_eval > 0)
+        nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)",
+                    g->t_gen * 1e3, g->n_eval, g->t_gen * 1e3 / g->n_eval, g->n_eval / g->t_gen);
+    if (s->nranks > 1)
+        nm_log_info("allreduce share: prompt %.1f%%, generation %.1f%% (transport %s)",
+                    t_prompt > 0 ? 100 * coll_prompt / t_prompt : 0.0, g->t_gen > 0 ? 100 * coll_gen / g->t_gen : 0.0,
+                    coll_transport_name(s->coll));
+}
+
+/* The prompt's ids: from --tokens, the text of -p/-f, or the BOS token. */
+static enum nm_status prompt_ids(struct session *s, const struct run_opts *o, int32_t **ids, size_t *n, char *err,
+                                 size_t errlen) {
+    if (o->tokens) {
+        int cnt;
+        if (!cli_int_list("--tokens", o->tokens, ids, &cnt)) return nm_errf(err, errlen, NM_ERR_ARGS, "bad --tokens");
+        *n = (size_t)cnt;
+        return NM_OK;
+    }
+    if (o->prompt || o->prompt_file) {
+        size_t len = 0;
+        char *text = NULL;
+        if (o->prompt) {
+            text = strdup(o->prompt);
+            len = strlen(text);
+        } else if (!(text = session_read_file(o->prompt_file, &len))) {
+            return nm_errf(err, errlen, NM_ERR_IO, "%s: cannot read the prompt file", o->prompt_file);
+        }
+        enum nm_status st = session_tokenize(s, text, len, true, ids, n, err, errlen);
+        free(text);
+        return st;
+    }
+    int64_t bos = 1;
+    if (s->tok && tok_bos(s->tok) >= 0) bos = tok_bos(s->tok);
+    else gguf_get_int(s->m->file, "tokenizer.ggml.bos_token_id", &bos, NULL, 0);
+    *ids = malloc(sizeof **ids);
+    (*ids)[0] = (int32_t)(bos >= 0 && bos < s->m->cfg.n_vocab ? bos : 0);
+    *n = 1;
+    return NM_OK;
+}
+
+static int32_t eos_id(const struct session *s) {
+    int64_t v = -1;
+    if (gguf_get_int(s->m->file, "tokenizer.ggml.eos_token_id", &v, NULL, 0) != NM_OK) v = -1;
+    return (int32_t)v;
+}
+
+/* One prompt, one answer. */
+static enum nm_status run_once(struct session *s, const struct run_opts *o, char *err, size_t errlen) {
+    const struct model_config *c = &s->m->cfg;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    float *logits = NULL, *full = NULL;
+    struct dump_logits dl = {0};
+    struct dump_layers dly = {0};
+    struct gen g = {.s = s, .o = o, .eos = eos_id(s)};
+    enum nm_status st = prompt_ids(s, o, &prompt, &n_prompt, err, errlen);
+    if (st) goto out;
+    const int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : NM_MIN((int64_t)n_prompt + o->n_predict, c->n_ctx_train);
+    if ((int64_t)n_prompt > n_ctx) {
+        st = nm_errf(err, errlen, NM_ERR_ARGS, "the prompt has %zu tokens, more than the context size %lld (raise -c)",
+                     n_prompt, (long long)n_ctx);
+        goto out;
+    }
+    if ((st = session_engine(s, &o->so, n_ctx, err, errlen))) goto out;
+
+    const bool all = o->dump_logits != NULL;
+    const int64_t n_local = range_len(s->m->shard.vocab);
+    logits = nm_alloc((all ? n_prompt : 1) * (size_t)n_local * sizeof(float), 64, "logits");
+    if (all) full = nm_alloc(n_prompt * (size_t)c->n_vocab * sizeof(float), 64, "full logits");
+    if (s->rank == 0 && all && (st = dump_logits_open(&dl, o->dump_logits, c->n_vocab, err, errlen))) goto out;
+    if (s->rank == 0 && o->dump_layers) {
+        if ((st = dump_layers_open(&dly, o->dump_layers, (int)c->n_layer, (int64_t)n_prompt, c->n_embd, err, errlen)))
+            goto out;
+        engine_set_layer_hook(s->e, dump_layers_hook, &dly);
+    }
+
+    g.smp = sampler_init(&o->sp, c->n_vocab);
+    if (!o->tokens && s->tok) g.ts = tok_stream_init(s->tok, o->show_special ? TOK_DECODE_SPECIAL : 0);
+    for (size_t i = 0; i < n_prompt; i++) sampler_accept(g.smp, prompt[i]);
+    if (s->rank == 0) {
+        /* Echo the prompt as the user wrote it (text) or as ids. */
+        if (g.ts) {
+            char *text = NULL;
+            size_t len = 0;
+            if (o->prompt) fputs(o->prompt, stdout);
+            else if (o->prompt_file && (text = session_read_file(o->prompt_file, &len))) fwrite(text, 1, len, stdout);
+            free(text);
+        } else {
+            for (size_t i = 0; i < n_prompt; i++) printf("%s%d", i ? " " : "", prompt[i]);
+            printf(" |");
+        }
+        fflush(stdout);
+    }
+
+    const double t0 = nm_time_s();
+    if ((st = engine_eval(s->e, prompt, (int)n_prompt, all, logits, err, errlen))) goto out;
+    const double t_prompt = nm_time_s() - t0, coll_prompt = engine_coll_seconds(s->e);
+    engine_set_layer_hook(s->e, NULL, NULL);
+    if (dly.files && (st = dump_layers_close(&dly, err, errlen))) goto out;
+    if (all) {
+        engine_gather_logits(s->e, logits, full, (int)n_prompt);
+        for (size_t i = 0; s->rank == 0 && i < n_prompt; i++)
+            if ((st = dump_logits_row(&dl, DUMP_KIND_PROMPT, (int64_t)i, prompt[i], full + i * (size_t)c->n_vocab, err,
+                                      errlen)))
+                goto out;
+        memmove(logits, logits + (n_prompt - 1) * (size_t)n_local, (size_t)n_local * sizeof(float));
+    }
+    g.logits = logits;
+    g.full = full;
+    g.dl = dl.fp ? &dl : NULL;
+    if ((st = generate(&g, NULL, NULL, err, errlen))) goto out;
+    if (s->rank == 0) printf("\n");
+    if (dl.fp && (st = dump_logits_close(&dl, err, errlen))) goto out;
+    print_summary(&g, (int)n_prompt, t_prompt, coll_prompt);
+out:
+    if (dl.fp) dump_logits_close(&dl, NULL, 0);
+    if (dly.files) dump_layers_close(&dly, NULL, 0);
+    tok_stream_free(g.ts);
+    sampler_free(g.smp);
+    nm_free(logits);
+    nm_free(full);
+    free(prompt);
+    return st;
+}
+
+/* Interactive chat: rank 0 reads a line per turn; the conversation is formatted with the chat
+ * template and only the tokens after what the KV cache already holds are evaluated. */
+static enum nm_status run_chat(struct session *s, const struct run_opts *o, char *err, size_t errlen) {
+    const struct model_config *c = &s->m->cfg;
+    enum chat_template tmpl;
+    enum nm_status st;
+    if (!s->tok) return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "--chat needs the model's tokenizer");
+    if ((st = chat_template_resolve(o->chat_template, s->m->file, &tmpl, err, errlen))) return st;
+    if (s->rank == 0) nm_log_info("chat template: %s; type a message, an empty line or end of input ends the chat",
+                                  chat_template_name(tmpl));
+    const int64_t n_ctx = o->n_ctx > 0 ? o->n_ctx : NM_MIN(c->n_ctx_train, 4096);
+    if ((st = session_engine(s, &o->so, n_ctx, err, errlen))) return st;
+
+    struct chat_msg *msgs = NULL;
+    size_t n_msgs = 0;
+    int32_t *hist = NULL; /* tokens in the KV cache, in order */
+    size_t n_hist = 0;
+    float *logits = nm_alloc((size_t)range_len(s->m->shard.vocab) * sizeof(float), 64, "logits");
+    struct gen g = {.s = s, .o = o, .eos = eos_id(s), .logits = logits};
+    g.smp = sampler_init(&o->sp, c->n_vocab);
+    g.ts = tok_stream_init(s->tok, o->show_special ? TOK_DECODE_SPECIAL : 0);
+    if (o->system) {
+        msgs = realloc(msgs, (n_msgs + 1) * sizeof *msgs);
+        msgs[n_msgs++] = (struct chat_msg){.role = "system", .content = strdup(o->system)};
+    }
+    for (;;) {
+        char *line = NULL;
+        size_t len = 0;
+        if (s->rank == 0) {
+            fprintf(stdout, "\n> ");
+            fflush(stdout);
+            size_t cap = 0;
+            ssize_t r = getline(&line, &cap, stdin);
+            len = r > 0 ? (size_t)r : 0;
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+            if (!line) line = strdup("");
+        }
+        session_bcast_text(s, &line, &len);
+        if (len == 0) {
+            free(line);
+            break;
+        }
+        msgs = realloc(msgs, (n_msgs + 2) * sizeof *msgs);
+        msgs[n_msgs++] = (struct chat_msg){.role = "user", .content = line};
+        char *text;
+        size_t tlen, n_ids;
+        int32_t *ids;
+        if ((st = chat_format(tmpl, msgs, n_msgs, true, &text, &tlen, err, errlen))) break;
+        st = session_tokenize(s, text, tlen, true, &ids, &n_ids, err, errlen);
+        free(text);
+        if (st) break;
+        /* Keep the longest prefix the cache already holds; evaluate the rest. */
+        size_t keep = 0;
+        while (keep < n_hist && keep < n_ids && hist[keep] == ids[keep]) keep++;
+        if (keep == n_ids) keep--; /* at least one token must run to get logits */
+        if ((int64_t)n_ids >= n_ctx) {
+            free(ids);
+            st = nm_errf(err, errlen, NM_ERR_ARGS, "the conversation (%zu tokens) no longer fits the context of %lld "
+                         "tokens (raise -c)", n_ids, (long long)n_ctx);
+            break;
+        }
+        engine_truncate(s->e, (int64_t)keep);
+        for (size_t i = keep; i < n_ids; i++) sampler_accept(g.smp, ids[i]);
+        st = engine_eval(s->e, ids + keep, (int)(n_ids - keep), false, logits, err, errlen);
+        free(hist);
+        hist = ids;
+        n_hist = n_ids;
+        if (st) break;
+        int32_t *answer = NULL;
+        size_t n_answer = 0;
+        if ((st = generate(&g, &answer, &n_answer, err, errlen))) break;
+        /* The answer's tokens before its end marker are in the cache (the last one is not). */
+        size_t n_in_cache = n_answer > 0 ? n_answer - 1 : 0;
+        hist = realloc(hist, (n_hist + n_answer + 1) * sizeof *hist);
+        memcpy(hist + n_hist, answer, n_in_cache * sizeof *hist);
+        n_hist += n_in_cache;
+        size_t n_text = n_answer;
+        while (n_text > 0 && is_end(&g, answer[n_text - 1])) n_text--;
+        size_t alen = tok_decode(s->tok, answer, n_text, 0, NULL, 0);
+        char *atext = malloc(alen + 1);
+        tok_decode(s->tok, answer, n_text, 0, atext, alen);
+        atext[alen] = 0;
+        free(answer);
+        msgs = realloc(msgs, (n_msgs + 1) * sizeof *msgs);
+        msgs[n_msgs++] = (struct chat_msg){.role = "assistant", .content = atext};
+    }
+    if (s->rank == 0) printf("\n");
+    print_summary(&g, 0, 0, 0);
+    for (size_t i = 0; i < n_msgs; i++) free((char *)msgs[i].content);
+    free(msgs);
+    free(hist);
+    tok_stream_free(g.ts);
+    sampler_free(g.smp);
+    nm_free(logits);
+    return st;
 }
 
 int cmd_run(int argc, char **argv) {
     struct run_opts o;
     int rc = parse_run(argc, argv, &o);
     if (rc >= 0) return rc;
-
-    /* One rank of the job: alone (no mpirun: the single-rank fallback, no MPI call) or one of
-     * the ranks mpirun started, each running this same command. */
-    struct coll *coll = coll_init(NULL);
-    const int rank = coll_rank(coll), nranks = coll_size(coll);
-    char err[1024], model_path[4200];
-    struct pool *pool = cli_pool((int)o.n_threads);
-    struct model *m = NULL;
-    struct engine *e = NULL;
-    struct sampler *smp = NULL;
-    int32_t *prompt = NULL;
-    float *logits = NULL, *full = NULL;
-    struct dump_logits dl = {0};
-    struct dump_layers dly = {0};
-    enum nm_status st = NM_OK;
-    rc = 1;
-
-    const double timeout = coll_timeout(coll);
-    if (!o.model) {
-        /* Rank 0 makes the default model; the others wait for it. */
-        bool ok = rank != 0 || cli_default_model(model_path, sizeof model_path, pool);
-        coll_set_timeout(coll, 3600);
-        coll_bcast(coll, &ok, sizeof ok, 0);
-        if (!ok) goto out;
-        if (rank != 0 && !cli_default_model(model_path, sizeof model_path, pool)) goto out;
-        o.model = model_path;
-    }
-    /* Loading is unbalanced between ranks (page cache, node speed): wait longer meanwhile. */
-    coll_set_timeout(coll, 600);
-    const double t_load0 = nm_time_s();
-    struct model_load_params lp = {.rank = rank, .nranks = nranks, .pool = pool, .coll = coll};
-    if ((st = model_load(o.model, &lp, &m, err, sizeof err))) goto fail;
-    const double t_load = nm_time_s() - t_load0;
-    coll_barrier(coll);
-    coll_set_timeout(coll, timeout);
-    print_model(m, pool);
-    const struct model_config *c = &m->cfg;
-    const struct range vocab = m->shard.vocab;
-
-    int n_prompt;
-    if (o.tokens) {
-        if (!cli_int_list("--tokens", o.tokens, &prompt, &n_prompt)) goto out;
-    } else {
-        prompt = malloc(sizeof *prompt);
-        prompt[0] = token_id_or(m, "tokenizer.ggml.bos_token_id", 1);
-        n_prompt = 1;
-    }
-    const int32_t eos = token_id_or(m, "tokenizer.ggml.eos_token_id", -1);
-
-    /* Context: what this run needs, unless -c asks for more; never past the model's. */
-    int64_t need = n_prompt + o.n_predict;
-    int64_t n_ctx = o.n_ctx > 0 ? o.n_ctx : NM_MIN(need, c->n_ctx_train);
-    if (o.n_ctx > c->n_ctx_train && rank == 0)
-        nm_log_warn("-c %lld is more than the model was trained for (%lld)", o.n_ctx, (long long)c->n_ctx_train);
-    if (n_prompt > n_ctx) {
-        snprintf(err, sizeof err, "the prompt has %d tokens, more than the context size %lld (raise -c)", n_prompt,
-                 (long long)n_ctx);
-        goto fail;
-    }
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = (int)o.n_batch, .kv_type = (enum dtype)o.kv_type};
-    if ((st = engine_init(&e, m, pool, coll, &ep, err, sizeof err))) goto fail;
-
-    const bool all = o.dump_logits != NULL;
-    const int64_t n_local = range_len(vocab);
-    logits = nm_alloc((size_t)(all ? n_prompt : 1) * (size_t)n_local * sizeof(float), 64, "logits");
-    if (all) full = nm_alloc((size_t)n_prompt * (size_t)c->n_vocab * sizeof(float), 64, "full logits");
-    if (rank == 0 && o.dump_logits && (st = dump_logits_open(&dl, o.dump_logits, c->n_vocab, err, sizeof err)))
-        goto fail;
-    if (rank == 0 && o.dump_layers) {
-        if ((st = dump_layers_open(&dly, o.dump_layers, (int)c->n_layer, n_prompt, c->n_embd, err, sizeof err)))
-            goto fail;
-        engine_set_layer_hook(e, dump_layers_hook, &dly);
-    }
-
-    smp = sampler_init(&o.sp, c->n_vocab);
-    for (int i = 0; i < n_prompt; i++) {
-        sampler_accept(smp, prompt[i]);
-        if (rank == 0) printf("%s%d", i ? " " : "", prompt[i]);
-    }
-    if (rank == 0) printf(" |");
-    fflush(stdout);
-
-    const double t_p0 = nm_time_s();
-    if ((st = engine_eval(e, prompt, n_prompt, all, logits, err, sizeof err))) goto fail;
-    const double t_prompt = nm_time_s() - t_p0;
-    const double coll_prompt = engine_coll_seconds(e);
-    engine_set_layer_hook(e, NULL, NULL);
-    if (dly.files && (st = dump_layers_close(&dly, err, sizeof err))) goto fail;
-    if (all) {
-        engine_gather_logits(e, logits, full, n_prompt);
-        for (int i = 0; rank == 0 && i < n_prompt; i++)
-            if ((st = dump_logits_row(&dl, DUMP_KIND_PROMPT, i, prompt[i], full + (size_t)i * c->n_vocab, err,
-                                      sizeof err)))
-                goto fail;
-    }
-    const float *last = logits + (all ? (size_t)(n_prompt - 1) * n_local : 0);
-
-    int n_gen = 0;
-    const double t_g0 = nm_time_s();
-    for (; n_gen < o.n_predict; n_gen++) {
-        int32_t tok = sampler_sample_dist(smp, coll, last, vocab.begin, n_local);
-        sampler_accept(smp, tok);
-        if (rank == 0) {
-            printf(" %d", tok);
-            fflush(stdout);
-        }
-        if ((tok == eos && !o.ignore_eos) || n_gen + 1 == o.n_predict) {
-            n_gen++;
-            break;
-        }
-        const int64_t pos = engine_n_past(e);
-        if ((st = engine_eval(e, &tok, 1, false, logits, err, sizeof err))) goto fail;
-        last = logits;
-        if (all) {
-            engine_gather_logits(e, logits, full, 1);
-            if (rank == 0 && (st = dump_logits_row(&dl, DUMP_KIND_GENERATED, pos, tok, full, err, sizeof err)))
-                goto fail;
-        }
-    }
-    const double t_gen = nm_time_s() - t_g0;
-    if (rank == 0) printf("\n");
-    if (dl.fp && (st = dump_logits_close(&dl, err, sizeof err))) goto fail;
-
-    /* The last sampled token is not evaluated: generation speed counts the forward passes made. */
-    const int n_eval = n_gen > 0 ? n_gen - 1 : 0;
-    const double coll_gen = engine_coll_seconds(e) - coll_prompt;
-    if (rank == 0) {
-        nm_log_info("load time   %8.2f ms", t_load * 1e3);
-        nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)%s", t_prompt * 1e3,
-                    n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt, "");
-        if (n_eval > 0)
-            nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)",
-                        t_gen * 1e3, n_eval, t_gen * 1e3 / n_eval, n_eval / t_gen);
-        if (nranks > 1)
-            nm_log_info("allreduce share: prompt %.1f%%, generation %.1f%% (transport %s)", 100 * coll_prompt / t_prompt,
-                        n_eval > 0 ? 100 * coll_gen / t_gen : 0.0, coll_transport_name(coll));
-    }
-    rc = 0;
-    goto out;
-fail:
-    /* Every rank reaches the same error (same file, same flags), so each reports and leaves. */
-    if (rank == 0 || nranks == 1) fprintf(stderr, "error: %s\n", err);
-out:
-    if (dl.fp) dump_logits_close(&dl, err, sizeof err);
-    if (dly.files) dump_layers_close(&dly, err, sizeof err);
-    sampler_free(smp);
-    nm_free(logits);
-    nm_free(full);
-    free(prompt);
-    engine_free(e);
-    model_free(m);
-    pool_free(pool);
-    coll_free(coll);
-    (void)st;
-    return rc;
+    struct session s;
+    char err[1024];
+    enum nm_status st = session_open(&s, &o.so, err, sizeof err);
+    if (!st) st = o.chat ? run_chat(&s, &o, err, sizeof err) : run_once(&s, &o, err, sizeof err);
+    /* Every rank meets the same error (same file, same flags); rank 0 reports it. */
+    if (st && s.rank == 0) fprintf(stderr, "error: %s\n", err);
+    session_close(&s);
+    return st ? 1 : 0;
 }

@@ -1,0 +1,141 @@
+/* Rank start-up shared by run, chat and perplexity (see session.h). */
+#include "session.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "coll.h"
+#include "cpu.h"
+
+static void print_model(const struct session *s) {
+    const struct model *m = s->m;
+    const struct model_config *c = &m->cfg;
+    const struct shard *sh = &m->shard;
+    uint64_t pages;
+    const double local = arena_local_fraction(m->arena, &pages);
+    char where[80] = "the kernel cannot tell where its pages are";
+    if (local >= 0)
+        snprintf(where, sizeof where, "%.1f%% of %llu pages on node %d", 100 * local, (unsigned long long)pages,
+                 arena_node(m->arena));
+    nm_log_info("shard %d/%d: heads %lld-%lld, KV heads %lld-%lld, n_ff %lld-%lld, vocab %lld-%lld; loaded %.1f MiB "
+                "in %.2f s (%.2f GB/s), %s",
+                sh->rank, sh->nranks, (long long)sh->q_heads.begin, (long long)sh->q_heads.end - 1,
+                (long long)sh->kv_heads.begin, (long long)sh->kv_heads.end - 1, (long long)sh->ff.begin,
+                (long long)sh->ff.end - 1, (long long)sh->vocab.begin, (long long)sh->vocab.end - 1,
+                (double)m->loaded_bytes / (1 << 20), m->load_seconds,
+                (double)m->loaded_bytes / 1e9 / NM_MAX(m->load_seconds, 1e-9), where);
+    if (s->rank != 0) return;
+    char desc[128];
+    model_describe(m, desc, sizeof desc);
+    nm_log_info("model: %s (%s), %.2f GiB, %.2fB params", desc, m->path, (double)m->weight_bytes / (1 << 30),
+                (double)m->n_params / 1e9);
+    nm_log_info("  n_vocab %lld, n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld, n_head_kv %lld, head_dim %lld, "
+                "n_rot %lld, rope %s base %g scale %g%s, rms_eps %g",
+                (long long)c->n_vocab, (long long)c->n_embd, (long long)c->n_layer, (long long)c->n_ff,
+                (long long)c->n_head, (long long)c->n_head_kv, (long long)c->head_dim, (long long)c->n_rot,
+                c->rope_type == ROPE_TYPE_NEOX ? "neox" : "norm", c->rope_freq_base, c->rope_freq_scale,
+                m->rope_freqs ? " with rope_freqs" : "", c->rms_eps);
+    nm_log_info("  ranks %d (%s), threads %d per rank, kernels %s, weight layout %s", s->nranks,
+                coll_transport_name(s->coll), pool_size(s->pool), kern_isa_get()->name,
+                weight_layout_name(m->layers[0].wq.layout));
+}
+
+enum nm_status session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->coll = coll_init(NULL);
+    s->rank = coll_rank(s->coll);
+    s->nranks = coll_size(s->coll);
+    s->pool = cli_pool((int)o->n_threads);
+    const double timeout = coll_timeout(s->coll);
+    const char *path = o->model;
+    if (!path) {
+        /* Rank 0 makes the default model; the others wait for it, then find it made. */
+        coll_set_timeout(s->coll, 3600);
+        bool ok = s->rank != 0 || cli_default_model(s->model_path, sizeof s->model_path, s->pool);
+        coll_bcast(s->coll, &ok, sizeof ok, 0);
+        if (!ok || (s->rank != 0 && !cli_default_model(s->model_path, sizeof s->model_path, s->pool)))
+            return nm_errf(err, errlen, NM_ERR_IO, "no default model (see the message above)");
+        path = s->model_path;
+    }
+    /* Loading is unbalanced between ranks (page cache, node speed): wait longer meanwhile. */
+    coll_set_timeout(s->coll, 600);
+    const double t0 = nm_time_s();
+    struct model_load_params lp = {.rank = s->rank, .nranks = s->nranks, .pool = s->pool, .coll = s->coll};
+    enum nm_status st = model_load(path, &lp, &s->m, err, errlen);
+    if (st) return st;
+    s->t_load = nm_time_s() - t0;
+    coll_barrier(s->coll);
+    coll_set_timeout(s->coll, timeout);
+    print_model(s);
+    char terr[512];
+    if (tok_init(&s->tok, s->m->file, terr, sizeof terr) != NM_OK) {
+        s->tok = NULL;
+        if (s->rank == 0) nm_log_warn("no tokenizer: %s (prompts must be given as ids with --tokens)", terr);
+    }
+    return NM_OK;
+}
+
+enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
+                              size_t errlen) {
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o->n_batch, .kv_type = o->kv_type};
+    return engine_init(&s->e, s->m, s->pool, s->coll, &ep, err, errlen);
+}
+
+void session_close(struct session *s) {
+    engine_free(s->e);
+    tok_free(s->tok);
+    model_free(s->m);
+    pool_free(s->pool);
+    coll_free(s->coll);
+    memset(s, 0, sizeof *s);
+}
+
+enum nm_status session_tokenize(const struct session *s, const char *text, size_t len, bool add_special,
+                                int32_t **ids, size_t *n, char *err, size_t errlen) {
+    if (!s->tok)
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s has no usable tokenizer: give the prompt as ids with --tokens",
+                       s->m->path);
+    *ids = tok_encode_alloc(s->tok, text, len, add_special, true, n);
+    return NM_OK;
+}
+
+void session_bcast_text(struct session *s, char **buf, size_t *len) {
+    uint64_t n = s->rank == 0 ? *len : 0;
+    coll_bcast(s->coll, &n, sizeof n, 0);
+    if (s->rank != 0) {
+        free(*buf);
+        *buf = malloc(n + 1);
+        NM_ASSERT(*buf);
+        *len = n;
+    }
+    coll_bcast(s->coll, *buf, n, 0);
+    (*buf)[n] = 0;
+}
+
+char *session_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(buf, 2 * cap + 1);
+        if (!nb) free(buf);
+        buf = nb;
+        cap *= 2;
+    }
+    const bool bad = ferror(f) != 0;
+    fclose(f);
+    if (!buf || bad) {
+        free(buf);
+        if (!bad) errno = ENOMEM;
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}

@@ -1,0 +1,52 @@
+/* One rank's running state for the commands that evaluate a model (run, chat, perplexity): the
+ * collectives (single rank without mpirun, or this process's place in an mpirun job), the
+ * thread pool, this rank's shard of the model, the tokenizer, the engine. Every rank of a job
+ * opens the same session with the same options. */
+#ifndef NM_SESSION_H
+#define NM_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "forward.h"
+#include "model.h"
+#include "tokenizer.h"
+
+struct session_opts {
+    const char *model;   /* NULL: the default synthetic model (made once into the cache) */
+    long long n_threads; /* 0: every allowed CPU */
+    int n_batch;
+    enum dtype kv_type;
+};
+
+struct session {
+    struct coll *coll;
+    int rank, nranks;
+    struct pool *pool;
+    struct model *m;
+    struct tokenizer *tok; /* NULL when the file carries no vocabulary */
+    struct engine *e;      /* after session_engine */
+    double t_load;
+    char model_path[4200];
+};
+
+/* Start collectives and threads, load this rank's shard and the tokenizer (a file without a
+ * usable vocabulary only warns: token ids still work). Prints the model and the shard. */
+enum nm_status session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen);
+/* Create the engine with a KV cache of n_ctx tokens. */
+enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
+                              size_t errlen);
+void session_close(struct session *s);
+
+/* Text to ids with the model's tokenizer (add_special: BOS/EOS as the model says; special
+ * markers in the text are parsed). NM_ERR_UNSUPPORTED when the file has no tokenizer. */
+enum nm_status session_tokenize(const struct session *s, const char *text, size_t len, bool add_special,
+                                int32_t **ids, size_t *n, char *err, size_t errlen);
+
+/* Collective: rank 0's bytes (*buf, *len, malloc'ed) replace every other rank's. */
+void session_bcast_text(struct session *s, char **buf, size_t *len);
+
+/* Read a whole file (malloc'ed, NUL-terminated); NULL on error with errno set. */
+char *session_read_file(const char *path, size_t *len);
+
+#endif
