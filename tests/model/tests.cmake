@@ -13,3 +13,10 @@ foreach(preset ${NM_MODEL_PRESETS})
                          ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
   endforeach()
 endforeach()
+
+# numallm perplexity against llama.cpp's method written independently over the reference logits.
+add_test(NAME perplexity_vs_reference
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ppl_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/ppl_test)
+set_tests_properties(perplexity_vs_reference PROPERTIES LABELS model SKIP_RETURN_CODE 77
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
