@@ -387,6 +387,8 @@ static enum nm_status run_chat(struct session *s, const struct run_opts *o, char
             break;
         }
         engine_truncate(s->e, (int64_t)keep);
+        if (s->rank == 0)
+            nm_log_info("chat: %zu tokens of the conversation reused from the KV cache, %zu new", keep, n_ids - keep);
         for (size_t i = keep; i < n_ids; i++) sampler_accept(g.smp, ids[i]);
         st = engine_eval(s->e, ids + keep, (int)(n_ids - keep), false, logits, err, errlen);
         free(hist);

@@ -14,8 +14,9 @@
  * - BPE merges the lowest-ranked adjacent pair first (ties: leftmost), via a binary heap of
  *   candidate pairs with lazy invalidation; ranks come from a hash table keyed by the two
  *   strings. SentencePiece merges the highest-scoring pair whose concatenation is a token.
- * - Invalid UTF-8 in the input is kept byte for byte (llama.cpp replaces it with U+FFFD);
- *   the pre-tokenizers class such a byte like U+FFFD. */
+ * - Invalid UTF-8 in the input is kept byte for byte (llama.cpp replaces it with U+FFFD, and
+ *   its SentencePiece lets an invalid lead byte swallow the next bytes); the pre-tokenizers class
+ *   such a byte like U+FFFD. Valid text is unaffected. */
 #include "tokenizer.h"
 
 #include <stdlib.h>
@@ -117,7 +118,12 @@ struct tokenizer {
 
     int32_t *special; /* control/user-defined/unknown ids, longest text first */
     size_t n_special;
-    uint64_t *sp_filter; /* 3 x 65536-bit filters on the first bytes of special tokens */
+    /* The same, compact for the per-call scan in partition(): */
+    struct special_tok {
+        int32_t id;
+        uint32_t filter; /* bit of its first 1-3 bytes in partition()'s filter */
+        bool control;    /* control or unknown: only matched with parse_special */
+    } *sp;
 
     int32_t byte_tok[256];        /* SentencePiece byte fallback: <0xXX> (or the 1-byte string) */
     int32_t single_byte_tok[256]; /* BPE fallback: the token whose string is the one byte */
@@ -594,7 +600,20 @@ struct enc {
     size_t n_heap, cap_heap;
     struct cpbuf cps;
     struct ends cur, tmp;
+    /* Word cache for long texts (words repeat): word bytes -> ids, open addressing. */
+    struct wslot {
+        uint32_t hash, key_off, key_len, ids_off, n_ids; /* key_len 0 = empty */
+    } *wc;
+    size_t wc_mask, wc_used;
+    char *wc_keys;
+    size_t wc_keys_n, wc_keys_cap;
+    int32_t *wc_ids;
+    size_t wc_ids_n, wc_ids_cap;
 };
+
+#define WC_MIN_TEXT (16u << 10) /* use the word cache for fragments at least this long */
+#define WC_SLOTS (1u << 16)
+#define WC_MAX_WORD 64
 
 static void out_push(struct enc *e, int32_t id) {
     VEC_RESERVE(e->out, e->cap_out, e->n_out + 1, "token ids");
@@ -641,8 +660,8 @@ static size_t make_symbols(struct enc *e, size_t start, size_t end) {
     VEC_RESERVE(e->sym, e->cap_sym, end - start + 1, "merge symbols");
     while (off < end) {
         size_t l;
-        if ((uint8_t)e->buf[off] < 0x80 || uni_check_seq((const uint8_t *)e->buf + off, end - off, &l) != UNI_SEQ_COMPLETE)
-            l = 1;
+        const uint8_t *p = (const uint8_t *)e->buf + off;
+        if (p[0] < 0x80 || uni_check_seq(p, end - off, &l) != UNI_SEQ_COMPLETE) l = 1;
         e->sym[n] = (struct sym){.prev = (int32_t)n - 1, .next = off + l == end ? -1 : (int32_t)n + 1,
                                  .off = (uint32_t)off, .n = (uint32_t)l};
         n++;
@@ -718,13 +737,50 @@ static void bpe_word(struct enc *e, const uint8_t *w, size_t n) {
     }
 }
 
+/* bpe_word through the word cache: the ids of a word depend on its bytes only. */
+static void bpe_word_cached(struct enc *e, const uint8_t *w, size_t n) {
+    if (n > WC_MAX_WORD) {
+        bpe_word(e, w, n);
+        return;
+    }
+    if (!e->wc) {
+        e->wc = xcalloc(WC_SLOTS, sizeof *e->wc, "word cache");
+        e->wc_mask = WC_SLOTS - 1;
+    }
+    uint32_t h = (uint32_t)hash_bytes(HASH_SEED, w, n);
+    size_t i = h & e->wc_mask;
+    for (; e->wc[i].key_len; i = (i + 1) & e->wc_mask) {
+        const struct wslot *ws = &e->wc[i];
+        if (ws->hash == h && ws->key_len == n && memcmp(e->wc_keys + ws->key_off, w, n) == 0) {
+            VEC_RESERVE(e->out, e->cap_out, e->n_out + ws->n_ids, "token ids");
+            memcpy(e->out + e->n_out, e->wc_ids + ws->ids_off, ws->n_ids * sizeof(int32_t));
+            e->n_out += ws->n_ids;
+            return;
+        }
+    }
+    size_t first = e->n_out;
+    bpe_word(e, w, n);
+    if (e->wc_used >= WC_SLOTS / 2) return; /* full enough: stop caching */
+    size_t k = e->n_out - first;
+    VEC_RESERVE(e->wc_keys, e->wc_keys_cap, e->wc_keys_n + n, "word cache");
+    VEC_RESERVE(e->wc_ids, e->wc_ids_cap, e->wc_ids_n + k, "word cache");
+    memcpy(e->wc_keys + e->wc_keys_n, w, n);
+    memcpy(e->wc_ids + e->wc_ids_n, e->out + first, k * sizeof(int32_t));
+    e->wc[i] = (struct wslot){.hash = h, .key_off = (uint32_t)e->wc_keys_n, .key_len = (uint32_t)n,
+                              .ids_off = (uint32_t)e->wc_ids_n, .n_ids = (uint32_t)k};
+    e->wc_keys_n += n;
+    e->wc_ids_n += k;
+    e->wc_used++;
+}
+
 static void bpe_fragment(struct enc *e, const char *text, size_t len) {
     cpbuf_fill(&e->cps, text, len);
     pre_split(e->t->pre, &e->cps, &e->cur, &e->tmp);
     size_t start = 0;
     for (size_t i = 0; i < e->cur.n; i++) {
         size_t bs = e->cps.off[start], be = e->cps.off[e->cur.v[i]];
-        bpe_word(e, (const uint8_t *)text + bs, be - bs);
+        if (len >= WC_MIN_TEXT) bpe_word_cached(e, (const uint8_t *)text + bs, be - bs);
+        else bpe_word(e, (const uint8_t *)text + bs, be - bs);
         start = e->cur.v[i];
     }
 }
@@ -836,26 +892,22 @@ static void partition(const struct tokenizer *t, const char *text, size_t len, b
     f->v[f->n++] = (struct frag){.off = 0, .len = len, .id = TOK_NULL, .next = -1};
     if (t->n_special == 0) return;
 
-    /* Which first bytes occur in the text: lets most special tokens skip the search. */
+    /* Which first 1, 2 and 3 bytes occur in the text: lets most special tokens skip the search. */
     uint64_t *seen = xcalloc(3 * 1024, sizeof(uint64_t), "special token filter");
     const uint8_t *s = (const uint8_t *)text;
     for (size_t i = 0; i < len; i++) {
         BIT_SET(seen, s[i]);
-        if (i + 1 < len) BIT_SET(seen + 1024, (uint32_t)s[i] << 8 | s[i + 1]);
-        if (i + 2 < len) BIT_SET(seen + 2048, filter3(s + i));
+        if (i + 1 < len) BIT_SET(seen, 65536 + ((uint32_t)s[i] << 8 | s[i + 1]));
+        if (i + 2 < len) BIT_SET(seen, 2 * 65536 + filter3(s + i));
     }
 
     for (size_t k = 0; k < t->n_special; k++) {
-        int32_t id = t->special[k];
+        const struct special_tok *sp = &t->sp[k];
+        if ((sp->control && !parse_special) || !BIT_GET(seen, sp->filter)) continue;
+        int32_t id = sp->id;
         const struct tok_token *tk = &t->tok[id];
-        if (!parse_special && (tk->type == TOK_TYPE_CONTROL || tk->type == TOK_TYPE_UNKNOWN)) continue;
         const char *st = t->text + tk->off;
-        const uint8_t *su = (const uint8_t *)st;
         size_t sl = tk->len;
-        if (sl == 1 ? !BIT_GET(seen, su[0])
-            : sl == 2 ? !BIT_GET(seen + 1024, (uint32_t)su[0] << 8 | su[1])
-                      : !BIT_GET(seen + 2048, filter3(su)))
-            continue;
         for (int32_t i = 0; i >= 0; i = f->v[i].next) {
             if (f->v[i].id != TOK_NULL) continue;
             size_t base = f->v[i].off, blen = f->v[i].len, pos;
@@ -897,11 +949,15 @@ static void enc_free(struct enc *e) {
     cpbuf_free(&e->cps);
     free(e->cur.v);
     free(e->tmp.v);
+    free(e->wc);
+    free(e->wc_keys);
+    free(e->wc_ids);
 }
 
 /* Encode into e->out (caller frees e->out). */
 static void encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                    struct enc *e) {
+    NM_ASSERT(len <= TOK_MAX_TEXT); /* symbol offsets are 32-bit */
     memset(e, 0, sizeof *e);
     e->t = t;
     if (add_special && t->add_bos && t->bos != TOK_NULL) out_push(e, t->bos);
@@ -938,7 +994,7 @@ enum nm_status tok_encode(const struct tokenizer *t, const char *text, size_t le
                           bool parse_special, int32_t *ids, size_t max, size_t *n_out) {
     struct enc e;
     encode(t, text, len, add_special, parse_special, &e);
-    memcpy(ids, e.out, NM_MIN(e.n_out, max) * sizeof *ids);
+    if (max > 0 && e.n_out > 0) memcpy(ids, e.out, NM_MIN(e.n_out, max) * sizeof *ids);
     *n_out = e.n_out;
     free(e.out);
     return e.n_out <= max ? NM_OK : NM_ERR_NOMEM;
@@ -996,7 +1052,7 @@ static const char *piece_of(const struct tokenizer *t, int32_t id, bool special,
 size_t tok_piece(const struct tokenizer *t, int32_t id, bool special, char *buf, size_t cap) {
     size_t len;
     const char *p = piece_of(t, id, special, &len);
-    memcpy(buf, p, NM_MIN(len, cap));
+    if (cap > 0 && len > 0) memcpy(buf, p, NM_MIN(len, cap)); /* buf may be NULL when cap is 0 */
     return len;
 }
 
@@ -1011,7 +1067,7 @@ size_t tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, unsig
             if (len > 0 && p[0] == ' ') p++, len--;
             strip = false;
         }
-        if (total < cap) memcpy(buf + total, p, NM_MIN(len, cap - total));
+        if (total < cap && len > 0) memcpy(buf + total, p, NM_MIN(len, cap - total));
         total += len;
     }
     return total;
@@ -1125,6 +1181,7 @@ void tok_free(struct tokenizer *t) {
     free(t->hidden);
     free(t->eog);
     free(t->special);
+    free(t->sp);
     free(t);
 }
 
@@ -1344,6 +1401,12 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
 
     size_t text_bytes = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) text_bytes += gguf_arr_str(kv_tokens, (uint64_t)i).len + 24;
+    if (text_bytes > UINT32_MAX) { /* offsets are 32-bit */
+        st = nm_errf(err, errlen, NM_ERR_FORMAT,
+                     "%s: tokenizer.ggml.tokens holds %zu bytes of text, at most %u allowed", f->path, text_bytes,
+                     UINT32_MAX);
+        goto fail;
+    }
     t->text = xcalloc(text_bytes + 1, 1, "vocabulary");
     t->tok = xcalloc((size_t)t->n_vocab, sizeof *t->tok, "vocabulary");
     size_t pos = 0;
@@ -1388,6 +1451,12 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
         t->n_merges = (uint32_t)kv_merges->n;
         size_t mbytes = 0;
         for (uint32_t i = 0; i < t->n_merges; i++) mbytes += gguf_arr_str(kv_merges, i).len;
+        if (mbytes > UINT32_MAX) {
+            st = nm_errf(err, errlen, NM_ERR_FORMAT,
+                         "%s: tokenizer.ggml.merges holds %zu bytes of text, at most %u allowed", f->path, mbytes,
+                         UINT32_MAX);
+            goto fail;
+        }
         t->mtext = xcalloc(mbytes + 1, 1, "merges");
         t->merges = xcalloc(t->n_merges, sizeof *t->merges, "merges");
         t->mmask = pow2_at_least(2 * (size_t)t->n_merges) - 1;
@@ -1430,7 +1499,9 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
     for (int i = 0; i < (int)NM_ARRAY_LEN(t->cp_byte); i++) t->cp_byte[i] = -1;
     for (int b = 0; b < 256; b++) {
         uint32_t cp = uni_byte_to_cp((uint8_t)b);
-        t->byte_utf8_len[b] = (uint8_t)uni_encode(cp, t->byte_utf8[b]);
+        char u[4];
+        t->byte_utf8_len[b] = (uint8_t)uni_encode(cp, u); /* cp < U+0144: 1 or 2 bytes */
+        memcpy(t->byte_utf8[b], u, t->byte_utf8_len[b]);
         t->cp_byte[cp] = (int16_t)b;
         char one = (char)b, hex[7];
         t->single_byte_tok[b] = map_find(t, &one, 1);
@@ -1455,11 +1526,18 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
     if (t->eot == TOK_NULL) t->eot = detect(t, eot_names, NM_ARRAY_LEN(eot_names));
     if (t->eom == TOK_NULL) t->eom = detect(t, eom_names, NM_ARRAY_LEN(eom_names));
     t->eog = xcalloc((size_t)t->n_vocab, 1, "end-of-generation set");
-    int32_t fims[] = {detect(t, fim_pad_names, NM_ARRAY_LEN(fim_pad_names)),
-                      detect(t, fim_rep_names, NM_ARRAY_LEN(fim_rep_names)),
-                      detect(t, fim_sep_names, NM_ARRAY_LEN(fim_sep_names)), t->eos, t->eot, t->eom};
-    for (size_t i = 0; i < NM_ARRAY_LEN(fims); i++)
-        if (fims[i] != TOK_NULL) t->eog[fims[i]] = 1;
+    /* fill-in-the-middle pad/repo/file-separator tokens also end generation (llama.cpp) */
+    int32_t fim_pad = TOK_NULL, fim_rep = TOK_NULL, fim_sep = TOK_NULL;
+    if ((st = get_token_id(f, "tokenizer.ggml.fim_pad_token_id", t->n_vocab, &fim_pad, err, errlen)) != NM_OK ||
+        (st = get_token_id(f, "tokenizer.ggml.fim_rep_token_id", t->n_vocab, &fim_rep, err, errlen)) != NM_OK ||
+        (st = get_token_id(f, "tokenizer.ggml.fim_sep_token_id", t->n_vocab, &fim_sep, err, errlen)) != NM_OK)
+        goto fail;
+    if (fim_pad == TOK_NULL) fim_pad = detect(t, fim_pad_names, NM_ARRAY_LEN(fim_pad_names));
+    if (fim_rep == TOK_NULL) fim_rep = detect(t, fim_rep_names, NM_ARRAY_LEN(fim_rep_names));
+    if (fim_sep == TOK_NULL) fim_sep = detect(t, fim_sep_names, NM_ARRAY_LEN(fim_sep_names));
+    int32_t ends[] = {fim_pad, fim_rep, fim_sep, t->eos, t->eot, t->eom};
+    for (size_t i = 0; i < NM_ARRAY_LEN(ends); i++)
+        if (ends[i] != TOK_NULL) t->eog[ends[i]] = 1;
     for (size_t i = 0; i < NM_ARRAY_LEN(eog_names); i++) {
         int32_t id = find_cstr(t, eog_names[i]);
         if (id >= 0) {
@@ -1486,7 +1564,8 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
     if (gguf_get_str(f, "general.name", &s, NULL, 0) == NM_OK) {
         char name[256];
         size_t n = NM_MIN(s.len, sizeof name - 1);
-        for (size_t i = 0; i < n; i++) name[i] = (char)((s.ptr[i] >= 'A' && s.ptr[i] <= 'Z') ? s.ptr[i] + 32 : s.ptr[i]);
+        for (size_t i = 0; i < n; i++)
+            name[i] = (s.ptr[i] >= 'A' && s.ptr[i] <= 'Z') ? (char)(s.ptr[i] + 32) : s.ptr[i];
         name[n] = 0;
         if (strstr(name, "phi-3") || strstr(name, "phi3")) {
             for (size_t i = 0; i < t->n_special; i++) t->tok[t->special[i]].strip |= STRIP_RIGHT;
@@ -1496,6 +1575,16 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
             for (size_t i = 0; i < NM_ARRAY_LEN(off); i++)
                 if ((id = find_cstr(t, off[i])) >= 0) t->tok[id].strip &= (uint8_t)~STRIP_RIGHT;
         }
+    }
+
+    t->sp = xcalloc(t->n_special, sizeof *t->sp, "special tokens");
+    for (size_t i = 0; i < t->n_special; i++) {
+        const struct tok_token *k = &t->tok[t->special[i]];
+        const uint8_t *w = (const uint8_t *)t->text + k->off;
+        t->sp[i] = (struct special_tok){
+            .id = t->special[i],
+            .filter = k->len == 1 ? w[0] : k->len == 2 ? 65536 + ((uint32_t)w[0] << 8 | w[1]) : 2 * 65536 + filter3(w),
+            .control = k->type == TOK_TYPE_CONTROL || k->type == TOK_TYPE_UNKNOWN};
     }
 
     build_pieces(t);

@@ -70,7 +70,8 @@ int32_t tok_eot(const struct tokenizer *t); /* end of turn (e.g. <|eot_id|>, <|i
 bool tok_add_bos(const struct tokenizer *t); /* whether encode(add_special) prepends BOS */
 bool tok_add_eos(const struct tokenizer *t);
 /* End of generation: EOS, EOT, EOM and the tokens llama.cpp recognises by their text
- * (<|eot_id|>, <|im_end|>, <|endoftext|>, <|end|>, ...). */
+ * (<|eot_id|>, <|im_end|>, <|endoftext|>, <|end|>, ...). Any id may be passed (false when out of
+ * range). */
 bool tok_is_eog(const struct tokenizer *t, int32_t id);
 /* Type after load-time fixes (end-of-turn-like tokens are forced to CONTROL, as llama.cpp
  * does). */
@@ -81,10 +82,13 @@ const char *tok_token_text(const struct tokenizer *t, int32_t id, size_t *len);
 /* Id of the token whose vocabulary string is exactly s[0..len), or TOK_NULL. */
 int32_t tok_find(const struct tokenizer *t, const char *s, size_t len);
 
-/* Tokenize text[0..len) (any bytes; invalid UTF-8 is kept byte for byte by byte-level BPE and
- * by SentencePiece's byte fallback). add_special: prepend BOS / append EOS as the model's
- * add_bos/add_eos say. parse_special: control tokens written in the text (e.g. "<|im_start|>")
- * become their ids; user-defined tokens are always matched, as in llama.cpp and HF tokenizers.
+#define TOK_MAX_TEXT ((size_t)1 << 30) /* longest text tok_encode accepts (asserted) */
+
+/* Tokenize text[0..len), len <= TOK_MAX_TEXT (any bytes; invalid UTF-8 is kept byte for byte by
+ * byte-level BPE and by SentencePiece's byte fallback). Thread-safe: t is only read.
+ * add_special: prepend BOS / append EOS as the model's add_bos/add_eos say.
+ * parse_special: control tokens written in the text (e.g. "<|im_start|>") become their ids;
+ * user-defined tokens are always matched, as in llama.cpp and HF tokenizers.
  * Writes at most max ids and sets *n_out to the full count. Returns NM_OK, or NM_ERR_NOMEM when
  * the count exceeds max (then ids holds the first max ids). */
 enum nm_status tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
@@ -103,12 +107,12 @@ enum tok_decode_flags {
 };
 
 /* The bytes of one token: `special` as TOK_DECODE_SPECIAL. Copies min(len, cap) bytes into buf
- * (no NUL) and returns the full length. */
+ * (no NUL; buf may be NULL when cap is 0) and returns the full length. */
 size_t tok_piece(const struct tokenizer *t, int32_t id, bool special, char *buf, size_t cap);
 /* Longest piece of any token, in bytes. */
 size_t tok_max_piece_len(const struct tokenizer *t);
 /* Concatenate the pieces of ids[0..n) (flags: enum tok_decode_flags). Copies min(total, cap)
- * bytes into buf (no NUL) and returns the total length. */
+ * bytes into buf (no NUL; buf may be NULL when cap is 0) and returns the total length. */
 size_t tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n, unsigned flags, char *buf,
                   size_t cap);
 

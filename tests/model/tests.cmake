@@ -20,3 +20,10 @@ add_test(NAME perplexity_vs_reference
                  ${CMAKE_CURRENT_BINARY_DIR}/ppl_test)
 set_tests_properties(perplexity_vs_reference PROPERTIES LABELS model SKIP_RETURN_CODE 77
                      ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+
+# --chat: three turns on standard input; each later turn must reuse the conversation so far from
+# the KV cache and evaluate only its new tokens.
+add_test(NAME chat_keeps_kv_cache
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/chat_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/chat_test)
+set_tests_properties(chat_keeps_kv_cache PROPERTIES LABELS model SKIP_RETURN_CODE 77)

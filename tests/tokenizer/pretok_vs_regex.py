@@ -206,8 +206,10 @@ def main():
                 bad += 1
                 if bad <= 3:
                     b = s.encode("utf-8")
-                    print(f"FAIL: {name}: {s!r}\n  regex: {[b[x:y].decode('utf-8', 'replace') for x, y in zip([0] + want, want)]}"
-                          f"\n  ours:  {[b[x:y].decode('utf-8', 'replace') for x, y in zip([0] + got, got)]}")
+
+                    def show(ends):
+                        return [b[x:y].decode("utf-8", "replace") for x, y in zip([0] + ends, ends)]
+                    print(f"FAIL: {name}: {s!r}\n  regex: {show(want)}\n  ours:  {show(got)}")
         print(f"{name}: {len(inputs) - bad}/{len(inputs)} strings split as regex does")
         failures += bad
     if failures:

@@ -2,7 +2,8 @@
  *  1. every token: its text p (the piece, without SentencePiece's space prefix) decodes back
  *     from encode(p) (special tokens with parse_special), as llama.cpp's test-tokenizer-1;
  *  2. random Unicode text and random bytes: decode(encode(x)) == x, with and without BOS;
- *  3. throughput of encoding ~2 MB of mixed text (printed, not asserted).
+ *  3. throughput of encoding ~2 MB of mixed text (printed, not asserted), and its round trip;
+ *  4. BPE: the word cache used for long texts gives the same ids as encoding piece by piece.
  *
  * usage: test_tok_roundtrip DATA_DIR NAME [N_RANDOM]   (exit 77 when the file is missing) */
 #include "tok_test_util.h"
@@ -147,9 +148,10 @@ int main(int argc, char **argv) {
     /* 3. throughput */
     size_t big_len = 0, big_cap = 2u << 20;
     char *big = malloc(big_cap + 256);
-    static const char *const words[] = {"The ", "quick ", "brown ", "fox ", "jumps ", "over ", "the ", "lazy ",
-                                        "dog. ", "Numbers: 1234567, 3.14; ", "\n\n", "naïve café ", "日本語のテキスト ",
-                                        "Привет, мир! ", "int main(void) { return 0; }\n", "    indented\n", "🦙🚀 "};
+    static const char *const words[] = {
+        "The ", "quick ", "brown ", "fox ", "jumps ", "over ", "the ", "lazy ", "dog. ", "Numbers: 1234567, 3.14; ",
+        "\n\n", "naïve café ", "日本語のテキスト ", "Привет, мир! ", "int main(void) { return 0; }\n",
+        "    indented\n", "🦙🚀 "};
     while (big_len < big_cap) {
         const char *w = words[tt_rand(&rng) % NM_ARRAY_LEN(words)];
         size_t wl = strlen(w);
@@ -171,6 +173,31 @@ int main(int argc, char **argv) {
     }
     free(big_back);
     free(ids);
+
+    /* 4. long texts go through a per-call word cache: the ids of 64 KB must equal the
+     * concatenated ids of its pre-tokenizer pieces encoded one by one (short: no cache). */
+    if (tok_model(t) == TOK_MODEL_BPE) {
+        size_t part = 64u << 10, n_whole, n_pieces = 0, *ends;
+        int32_t *whole = tok_encode_alloc(t, big, part, false, false, &n_whole);
+        size_t k = tok_pre_split(tok_pre(t), big, part, &ends), start = 0;
+        bool same = true;
+        for (size_t i = 0; i < k && same; i++) {
+            size_t n;
+            int32_t *p = tok_encode_alloc(t, big + start, ends[i] - start, false, false, &n);
+            same = n_pieces + n <= n_whole && memcmp(whole + n_pieces, p, n * sizeof *p) == 0;
+            n_pieces += n;
+            free(p);
+            start = ends[i];
+        }
+        same = same && n_pieces == n_whole;
+        if (!same) {
+            fprintf(stderr, "FAIL: %s: 64 KB encoded whole (word cache) differs from its pieces encoded one by one\n",
+                    argv[2]);
+            failures++;
+        }
+        free(ends);
+        free(whole);
+    }
     free(big);
 
     if (failures) fprintf(stderr, "reproduce: %s %s %s %d\n", argv[0], argv[1], argv[2], n_random);

@@ -142,7 +142,7 @@ static void random_cases(const struct tokenizer *t, const char *name) {
             if (i < n) {
                 char piece[256];
                 size_t pl = tok_piece(t, ids[i], false, piece, sizeof piece);
-                if (ol < pl && i > 0) held++;
+                if (pl > 0 && ol == 0) held++; /* all of its bytes wait for the next token */
             }
             memcpy(cat + cl, o, ol);
             cl += ol;
@@ -160,7 +160,7 @@ static void random_cases(const struct tokenizer *t, const char *name) {
     }
     CHECK(bad == 0, "%s: %d bad streams", name, bad);
     printf("%s: 300 random texts streamed token by token: output valid UTF-8 after every token and equal to the "
-           "text; %d tokens had bytes held back\n",
+           "text; %d tokens printed nothing, their bytes held back\n",
            name, held);
 }
 
