@@ -20,11 +20,12 @@
 static void ppl_usage(FILE *f) {
     fprintf(f,
             "usage: numallm perplexity [-m MODEL.gguf] -f TEXT [-c CTX] [-b BATCH] [-t THREADS] [--chunks N]\n"
+            "                          [--ranks auto|N] [--dry-run]\n"
             "\n"
             "  -f, --file     the text to score\n"
             "  -c, --ctx-size tokens per chunk (default 512); the second half of each chunk is scored\n"
             "  -b, --batch-size tokens per forward pass (default: min(512, CTX))\n"
-            "  --chunks N     score at most N chunks (default: all)\n");
+            "  --chunks N     score at most N chunks (default: all)\n%s", launch_flags_help());
 }
 
 struct nll {
@@ -75,18 +76,22 @@ int cmd_perplexity(int argc, char **argv) {
     struct session_opts so = {.n_batch = 0, .kv_type = DTYPE_F16};
     const char *file = NULL, *v;
     long long n_ctx = 512, n_batch = 0, max_chunks = -1;
+    struct launch_request launch;
+    launch_request_init(&launch, argc, argv);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        const int lr = launch_parse_flag(argc, argv, &i, &launch); /* --ranks, -t, --dry-run, ... */
+        if (lr < 0) return 1;
+        if (lr > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             ppl_usage(stdout);
             return 0;
         }
         if (!(v = cli_value(argc, argv, &i))) return 1;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) so.model = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) launch.model = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!cli_int(a, v, 8, 1 << 20, &n_ctx)) return 1; }
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) { if (!cli_int(a, v, 1, 1 << 16, &n_batch)) return 1; }
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!cli_int(a, v, 1, 4096, &so.n_threads)) return 1; }
         else if (!strcmp(a, "--chunks")) { if (!cli_int(a, v, 1, 1 << 30, &max_chunks)) return 1; }
         else {
             fprintf(stderr, "error: unknown option '%s' for perplexity\n", a);
@@ -99,6 +104,8 @@ int cmd_perplexity(int argc, char **argv) {
         return 1;
     }
     so.n_batch = (int)(n_batch > 0 ? NM_MIN(n_batch, n_ctx) : NM_MIN(512, n_ctx));
+    int rc = session_launch(&launch, &so);
+    if (rc >= 0) return rc;
 
     struct session s;
     char err[1024];

@@ -14,6 +14,7 @@
 
 struct run_opts {
     struct session_opts so;
+    struct launch_request launch;
     const char *prompt;      /* -p TEXT */
     const char *prompt_file; /* -f FILE */
     const char *tokens;      /* --tokens "1,2,3" */
@@ -35,7 +36,8 @@ static void run_usage(FILE *f) {
             "                   [-b BATCH] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R]\n"
             "                   [--repeat-last-n N] [-s SEED] [--ignore-eos] [-ctk f16|f32] [--special]\n"
             "                   [--chat [--chat-template auto|chatml|llama3|llama2] [-sys TEXT]]\n"
-            "                   [--dump-logits FILE] [--dump-layers DIR]\n"
+            "                   [--dump-logits FILE] [--dump-layers DIR] [--strict]\n"
+            "                   [--ranks auto|N] [--dry-run] [--topology FILE.xml]\n"
             "\n"
             "  -m, --model        GGUF model (default: a synthetic qwen2.5-0.5b-shaped Q4_0 model, made once\n"
             "                     into the cache directory, $NUMALLM_CACHE or ~/.cache/numallm)\n"
@@ -45,7 +47,7 @@ static void run_usage(FILE *f) {
             "                     (default prompt: the BOS token)\n"
             "  -n, --n-predict    tokens to generate (default 128; per answer with --chat; 0 = prompt only)\n"
             "  -c, --ctx-size     context size (default: prompt + n-predict; with --chat the model's, at most 4096)\n"
-            "  -t, --threads      threads per rank, bound to the allowed CPUs in order (default: all allowed)\n"
+            "  -t, --threads      threads per rank (default: the cores of the rank's NUMA node)\n"
             "  -b, --batch-size   prompt tokens per forward chunk (default 512)\n"
             "  --temp             temperature (default 0.8; 0 = greedy)\n"
             "  --top-k, --top-p, --min-p, --repeat-penalty, --repeat-last-n, -s/--seed: as llama.cpp\n"
@@ -55,27 +57,35 @@ static void run_usage(FILE *f) {
             "  --chat-template    auto (from the file's tokenizer.chat_template), chatml, llama3 or llama2\n"
             "  -sys, --system-prompt  system message for --chat\n"
             "  --dump-logits FILE logits of every prompt position and generated step (format in README)\n"
-            "  --dump-layers DIR  the residual stream after every layer, for the prompt\n");
+            "  --dump-layers DIR  the residual stream after every layer, for the prompt\n"
+            "  --strict           a failed start-up check or any downgrade is an error\n"
+            "%s",
+            launch_flags_help());
 }
 
 static int parse_run(int argc, char **argv, struct run_opts *o) {
     *o = (struct run_opts){.so = {.n_batch = 512, .kv_type = DTYPE_F16}, .n_predict = 128,
                            .chat_template = "auto", .sp = sampler_default_params()};
+    launch_request_init(&o->launch, argc, argv);
     long long ll;
     double d;
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        const int lr = launch_parse_flag(argc, argv, &i, &o->launch); /* --ranks, -t, --dry-run, ... */
+        if (lr < 0) return 1;
+        if (lr > 0) continue;
 #define IS(x) (strcmp(a, x) == 0)
         if (IS("-h") || IS("--help")) {
             run_usage(stdout);
             return 0;
         }
+        if (IS("--strict")) { o->so.strict = true; continue; }
         if (IS("--ignore-eos")) { o->ignore_eos = true; continue; }
         if (IS("--chat") || IS("-cnv") || IS("--conversation")) { o->chat = true; continue; }
         if (IS("--special")) { o->show_special = true; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 1;
-        if (IS("-m") || IS("--model")) o->so.model = v;
+        if (IS("-m") || IS("--model")) o->launch.model = v;
         else if (IS("-p") || IS("--prompt")) o->prompt = v;
         else if (IS("-f") || IS("--file")) o->prompt_file = v;
         else if (IS("--tokens")) o->tokens = v;
@@ -83,7 +93,6 @@ static int parse_run(int argc, char **argv, struct run_opts *o) {
         else if (IS("--chat-template")) o->chat_template = v;
         else if (IS("-n") || IS("--n-predict")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_predict)) return 1; }
         else if (IS("-c") || IS("--ctx-size")) { if (!cli_int(a, v, 0, 1 << 24, &o->n_ctx)) return 1; }
-        else if (IS("-t") || IS("--threads")) { if (!cli_int(a, v, 1, 4096, &o->so.n_threads)) return 1; }
         else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) {
             if (!cli_int(a, v, 1, 1 << 16, &ll)) return 1;
             o->so.n_batch = (int)ll;
@@ -200,9 +209,14 @@ static void print_summary(const struct gen *g, int n_prompt, double t_prompt, do
     if (n_prompt > 0)
         nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)", t_prompt * 1e3,
                     n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt);
-    if (g->n_eval > 0)
+    if (g->n_eval > 0) {
+        /* Each decode step reads every weight of this rank's shard once (the embedding: one row). */
+        const double bytes = (double)s->m->loaded_bytes, tps = g->n_eval / g->t_gen;
         nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)",
-                    g->t_gen * 1e3, g->n_eval, g->t_gen * 1e3 / g->n_eval, g->n_eval / g->t_gen);
+                    g->t_gen * 1e3, g->n_eval, g->t_gen * 1e3 / g->n_eval, tps);
+        nm_log_info("generation reads %.1f MiB of weights per token per rank: %.2f GB/s per rank", bytes / (1 << 20),
+                    bytes * tps / 1e9);
+    }
     if (s->nranks > 1)
         nm_log_info("allreduce share: prompt %.1f%%, generation %.1f%% (transport %s)",
                     t_prompt > 0 ? 100 * coll_prompt / t_prompt : 0.0, g->t_gen > 0 ? 100 * coll_gen / g->t_gen : 0.0,
@@ -428,6 +442,8 @@ int cmd_run(int argc, char **argv) {
     struct run_opts o;
     int rc = parse_run(argc, argv, &o);
     if (rc >= 0) return rc;
+    /* In-process (one rank), or exec mpirun whose ranks come back here. */
+    if ((rc = session_launch(&o.launch, &o.so)) >= 0) return rc;
     struct session s;
     char err[1024];
     enum nm_status st = session_open(&s, &o.so, err, sizeof err);

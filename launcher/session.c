@@ -43,23 +43,56 @@ static void print_model(const struct session *s) {
                 weight_layout_name(m->layers[0].wq.layout));
 }
 
+int session_launch(struct launch_request *req, struct session_opts *so) {
+    static char default_path[4200];
+    if (!req->model) {
+        struct pool *pool = cli_pool(0);
+        const bool ok = cli_default_model(default_path, sizeof default_path, pool);
+        pool_free(pool);
+        if (!ok) return 1;
+        req->model = default_path;
+    }
+    switch (launch_decide(req, &so->launch)) {
+    case LAUNCH_MODE_DONE: return 0;
+    case LAUNCH_MODE_ERROR: return 1;
+    case LAUNCH_MODE_IN_PROCESS: break;
+    }
+    so->model = req->model;
+    so->n_threads = so->launch.n_threads;
+    return -1;
+}
+
+/* The start-up checks of this rank (binding, NUMA balancing, huge pages, AMX, node memory),
+ * with the bytes of its shard computed from the file before anything is loaded. */
+static void run_checks(const struct session *s, const struct session_opts *o) {
+    uint64_t bytes = 0;
+    struct gguf_file *f;
+    struct model_config c;
+    if (gguf_open(o->model, &f, NULL, 0) == NM_OK) {
+        if (model_config_read(f, &c, NULL, 0) == NM_OK &&
+            shard_weight_bytes(f, &c, s->rank, s->nranks, &bytes, NULL, 0) != NM_OK)
+            bytes = 0;
+        gguf_close(f);
+    }
+    struct launch_decision d = o->launch;
+    d.rank = s->rank;
+    d.nranks = s->nranks;
+    struct checks_input in;
+    launch_checks_input(&d, bytes, o->strict, &in);
+    checks_run_and_print(&in);
+}
+
 enum nm_status session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
-    s->coll = coll_init(NULL);
+    NM_ASSERT(o->model);
+    struct coll_options co = {.strict = o->strict};
+    s->coll = coll_init(&co);
     s->rank = coll_rank(s->coll);
     s->nranks = coll_size(s->coll);
+    run_checks(s, o);
     s->pool = cli_pool((int)o->n_threads);
     const double timeout = coll_timeout(s->coll);
     const char *path = o->model;
-    if (!path) {
-        /* Rank 0 makes the default model; the others wait for it, then find it made. */
-        coll_set_timeout(s->coll, 3600);
-        bool ok = s->rank != 0 || cli_default_model(s->model_path, sizeof s->model_path, s->pool);
-        coll_bcast(s->coll, &ok, sizeof ok, 0);
-        if (!ok || (s->rank != 0 && !cli_default_model(s->model_path, sizeof s->model_path, s->pool)))
-            return nm_errf(err, errlen, NM_ERR_IO, "no default model (see the message above)");
-        path = s->model_path;
-    }
     /* Loading is unbalanced between ranks (page cache, node speed): wait longer meanwhile. */
     coll_set_timeout(s->coll, 600);
     const double t0 = nm_time_s();

@@ -9,14 +9,17 @@
 #include <stdint.h>
 
 #include "forward.h"
+#include "launch.h"
 #include "model.h"
 #include "tokenizer.h"
 
 struct session_opts {
-    const char *model;   /* NULL: the default synthetic model (made once into the cache) */
+    const char *model;   /* resolved by session_launch (the default model when -m is absent) */
     long long n_threads; /* 0: every allowed CPU */
     int n_batch;
     enum dtype kv_type;
+    bool strict;         /* --strict: a failed start-up check or a downgrade is an error */
+    struct launch_decision launch; /* filled by session_launch */
 };
 
 struct session {
@@ -27,8 +30,13 @@ struct session {
     struct tokenizer *tok; /* NULL when the file carries no vocabulary */
     struct engine *e;      /* after session_engine */
     double t_load;
-    char model_path[4200];
 };
+
+/* The launcher side of a command that runs ranks (run, perplexity, bench workers): resolve the
+ * default model when req->model is NULL, then decide how to run (launch.h): returns -1 when this
+ * process goes on as a rank (so->launch filled, so->model and so->n_threads set), else the exit
+ * status (0 after --dry-run, 1 after an error). When the job needs mpirun this does not return. */
+int session_launch(struct launch_request *req, struct session_opts *so);
 
 /* Start collectives and threads, load this rank's shard and the tokenizer (a file without a
  * usable vocabulary only warns: token ids still work). Prints the model and the shard. */
