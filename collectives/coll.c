@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 enum { COLL_MAX_LIVE = 8 };
 /* Instances alive in this process, so the fatal hook can tell their peers (abort_notify). */
@@ -65,6 +66,11 @@ static void coll_fatal_hook(int code) {
 #endif
 }
 
+uint32_t coll_spin_iters(int local_ranks) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 && local_ranks > cpus ? COLL_SPIN_OVERSUBSCRIBED : COLL_SPIN_DEDICATED;
+}
+
 void coll_backoff_slow(struct coll_backoff *b) {
     uint64_t now = nm_time_ns();
     coll_backoff_clock(b, now);
@@ -77,6 +83,21 @@ void coll_backoff_slow(struct coll_backoff *b) {
     nanosleep(&ts, NULL);
 }
 
+/* Largest allreduce that goes one-shot by default. One-shot costs one synchronization and reads
+ * (R-1)N bytes from the peers; reduce-scatter + allgather costs two and reads 2N(R-1)/R. They
+ * break even at N = K * R / ((R-1)(R-2)), K = synchronization time x cache-to-cache bandwidth:
+ * never for 2 ranks (one-shot up to 64 KiB, every decode size). K = 3 KB fits the crossovers
+ * measured on the 16-core Xeon of tests/bench/RESULTS.md (about 2 KiB with 4 ranks, between
+ * 512 B and 1 KiB with 8); 3 and 5-7 ranks are the model's interpolation. Rounded to the
+ * nearest power of two; NM_COLL_SHM_ONESHOT_KB overrides it. */
+static size_t coll_oneshot_default(int R) {
+    size_t cap = 64 * 1024, p = 256;
+    if (R <= 2) return cap;
+    double even = 3072.0 * R / ((double)(R - 1) * (R - 2));
+    while (p < cap && (double)p * 1.5 < even) p *= 2;
+    return p;
+}
+
 struct coll *coll_init(const struct coll_options *opt) {
     static const struct coll_options defaults;
     if (!opt) opt = &defaults;
@@ -85,14 +106,16 @@ struct coll *coll_init(const struct coll_options *opt) {
 
     struct coll *c = nm_alloc(sizeof *c, 64, "collectives instance");
     c->node = -1;
-    c->timeout_s = coll_env_double("NM_COLL_TIMEOUT_S", opt->timeout_s > 0 ? opt->timeout_s : 5.0,
-                                   0.001, 1e6);
+    c->spin_iters = COLL_SPIN_DEDICATED;
+    c->timeout_s =
+        coll_env_double("NM_COLL_TIMEOUT_S", opt->timeout_s > 0 ? opt->timeout_s : 5.0, 0.001, 1e6);
     const char *why = NULL;
 
     if (want == COLL_TRANSPORT_SINGLE || (want == COLL_TRANSPORT_AUTO && env_size == 1)) {
         if (env_size > 1)
             nm_fatal("collectives: transport single was requested but the launcher started %d "
-                     "ranks (unset NM_COLL or run without mpirun)", env_size);
+                     "ranks (unset NM_COLL or run without mpirun)",
+                     env_size);
         coll_single_init(c);
         why = want == COLL_TRANSPORT_SINGLE ? "requested" : "one rank, no MPI";
     } else {
@@ -101,29 +124,31 @@ struct coll *coll_init(const struct coll_options *opt) {
         c->uses_mpi = true;
         c->rank = coll_mpi_world_rank();
         c->size = coll_mpi_world_size();
+        int local = coll_mpi_local_size();
+        c->spin_iters = coll_spin_iters(local);
         if (want == COLL_TRANSPORT_AUTO && c->size == 1) {
             coll_single_init(c);
             why = "one rank";
         } else if (want == COLL_TRANSPORT_MPI) {
             coll_mpi_init(c);
             why = "requested";
-        } else if (!coll_mpi_one_host()) {
+        } else if (local != c->size) {
             if (want == COLL_TRANSPORT_SHM)
                 nm_fatal("collectives: transport shm was requested but the %d ranks span more "
-                         "than one host (use NM_COLL=mpi or auto)", c->size);
+                         "than one host (use NM_COLL=mpi or auto)",
+                         c->size);
             coll_mpi_init(c);
             why = "ranks span several hosts";
         } else {
-            size_t slot = opt->shm_slot_bytes
-                              ? opt->shm_slot_bytes
-                              : (size_t)(coll_env_double("NM_COLL_SHM_SLOT_KB", 1024, 4, 1 << 20) *
-                                         1024);
-            size_t oneshot = opt->shm_oneshot_bytes
-                                 ? opt->shm_oneshot_bytes
-                                 : (size_t)(coll_env_double("NM_COLL_SHM_ONESHOT_KB", 64, 0,
-                                                            1 << 20) *
-                                            1024);
-            if (coll_shm_init(c, slot, oneshot, opt->quiet)) {
+            double slot_kb = opt->shm_slot_bytes ? (double)opt->shm_slot_bytes / 1024 : 1024;
+            double oneshot_kb = opt->shm_oneshot_bytes
+                                    ? (double)opt->shm_oneshot_bytes / 1024
+                                    : (double)coll_oneshot_default(c->size) / 1024;
+            size_t slot =
+                (size_t)(coll_env_double("NM_COLL_SHM_SLOT_KB", slot_kb, 4, 1 << 20) * 1024);
+            size_t oneshot =
+                (size_t)(coll_env_double("NM_COLL_SHM_ONESHOT_KB", oneshot_kb, 0, 1 << 20) * 1024);
+            if (coll_shm_init(c, slot, oneshot)) {
                 why = want == COLL_TRANSPORT_SHM ? "requested" : "all ranks on one host";
             } else if (want == COLL_TRANSPORT_SHM || opt->strict) {
                 nm_fatal("collectives: the shared-memory transport could not be set up (see "
@@ -158,9 +183,12 @@ struct coll *coll_init(const struct coll_options *opt) {
     NM_ASSERT(slot >= 0); /* more than COLL_MAX_LIVE instances: a leak */
     g_live[slot] = c;
     if (!opt->quiet)
-        nm_log_info("collectives: transport %s (%s%s%s), rank %d of %d, timeout %g s",
+        nm_log_info("collectives: transport %s (%s%s%s), rank %d of %d, %s sums, timeout %g s%s",
                     c->ops->name, why, c->detail[0] ? "; " : "", c->detail, c->rank, c->size,
-                    c->timeout_s);
+                    coll_reduce_isa(), c->timeout_s,
+                    c->spin_iters == COLL_SPIN_OVERSUBSCRIBED
+                        ? ", oversubscribed (more ranks than CPUs): waits yield early"
+                        : "");
     return c;
 }
 

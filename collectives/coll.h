@@ -38,9 +38,12 @@ struct coll_options {
     enum coll_transport transport; /* env NM_COLL=auto|single|shm|mpi */
     double timeout_s;              /* env NM_COLL_TIMEOUT_S; default 5: a wait without progress
                                       longer than this stops the job */
-    size_t shm_slot_bytes;         /* env NM_COLL_SHM_SLOT_KB; default 1 MiB: bytes per shm step */
-    size_t shm_oneshot_bytes;      /* env NM_COLL_SHM_ONESHOT_KB; default 64 KiB: allreduce up to
-                                      this size is one-shot, larger is reduce-scatter+allgather */
+    size_t shm_slot_bytes;         /* env NM_COLL_SHM_SLOT_KB; default 1 MiB: bytes per rank
+                                      and shm step (large messages go in pieces of this size) */
+    size_t shm_oneshot_bytes;      /* env NM_COLL_SHM_ONESHOT_KB; an allreduce up to this size is
+                                      one-shot, larger is reduce-scatter + allgather; default by
+                                      rank count: 64 KiB for 2, 4 KiB for 3, 2 KiB for 4, 512 B
+                                      for 8 (coll.c explains) */
     bool strict;                   /* a downgrade (shm requested or possible but not set up,
                                       fell back to mpi) is fatal instead of a warning */
     bool quiet;                    /* no start-up line (benchmarks that open several) */

@@ -38,7 +38,7 @@ struct coll_ops {
     void (*send)(struct coll *c, const void *buf, size_t bytes, int peer, int tag);
     void (*recv)(struct coll *c, void *buf, size_t bytes, int peer, int tag);
     /* optional (NULL: nothing): called from the fatal hook before MPI_Abort, to tell peers that
-     * this rank is stopping the job; must only do async-signal-safe-ish stores */
+     * this rank is stopping the job; must neither wait nor allocate */
     void (*abort_notify)(struct coll *c);
     /* collective: release transport state (c->impl); coll.c frees c itself */
     void (*free)(struct coll *c);
@@ -46,30 +46,30 @@ struct coll_ops {
 
 struct coll {
     const struct coll_ops *ops;
-    int rank;           /* 0 .. size-1 */
-    int size;           /* ranks in the job */
-    int node;           /* NUMA node this rank ran on at init, -1 if unknown */
-    double timeout_s;   /* see coll_set_timeout */
-    size_t *counts;     /* [size] scratch: coll_allgather's equal counts */
-    void *impl;         /* transport state */
-    bool uses_mpi;      /* holds a reference on MPI (see coll_mpi_ref/unref) */
-    char detail[192];   /* transport facts for the start-up line (placement, thresholds) */
+    int rank;            /* 0 .. size-1 */
+    int size;            /* ranks in the job */
+    int node;            /* NUMA node this rank ran on at init, -1 if unknown */
+    double timeout_s;    /* see coll_set_timeout */
+    uint32_t spin_iters; /* pause iterations before a wait yields (coll_spin_iters) */
+    size_t *counts;      /* [size] scratch: coll_allgather's equal counts */
+    void *impl;          /* transport state */
+    bool uses_mpi;       /* holds a reference on MPI (see coll_mpi_ref/unref) */
+    char detail[192];    /* transport facts for the start-up line (placement, thresholds) */
 };
 
-/* Segment p's [lo, hi) when n elements are split over R ranks for a reduce-scatter: equal
- * parts rounded up to whole 64-byte lines of f32, so the last parts may be short or empty.
- * The same on every rank. */
+/* The largest segment coll_segment makes: an equal share of n elements over R ranks, rounded
+ * up to whole 64-byte lines of f32. */
 enum { COLL_SEG_ALIGN = 16 };
-static inline void coll_segment(size_t n, int R, int p, size_t *lo, size_t *hi) {
-    size_t per = (n + (size_t)R - 1) / (size_t)R;
-    per = (per + COLL_SEG_ALIGN - 1) / COLL_SEG_ALIGN * COLL_SEG_ALIGN;
-    *lo = (size_t)p * per < n ? (size_t)p * per : n;
-    *hi = *lo + per < n ? *lo + per : n;
-}
-/* The largest segment coll_segment makes. */
 static inline size_t coll_segment_max(size_t n, int R) {
     size_t per = (n + (size_t)R - 1) / (size_t)R;
     return (per + COLL_SEG_ALIGN - 1) / COLL_SEG_ALIGN * COLL_SEG_ALIGN;
+}
+/* Segment p's [lo, hi) when n elements are split over R ranks for a reduce-scatter: shares of
+ * coll_segment_max, so the last ones may be short or empty. The same on every rank. */
+static inline void coll_segment(size_t n, int R, int p, size_t *lo, size_t *hi) {
+    size_t per = coll_segment_max(n, R);
+    *lo = (size_t)p * per < n ? (size_t)p * per : n;
+    *hi = *lo + per < n ? *lo + per : n;
 }
 
 /* NUMA placement (coll_numa.c; without libnuma these report "unknown" and do nothing). */
@@ -88,14 +88,14 @@ extern const struct coll_ops coll_single_ops;
  * set up, so the caller may fall back to mpi. */
 void coll_single_init(struct coll *c);
 #ifdef NM_HAVE_MPI
-bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool quiet);
+bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes);
 void coll_mpi_init(struct coll *c);
 /* MPI_COMM_WORLD facts for coll.c, which does not include mpi.h */
 void coll_mpi_ref(void);   /* MPI_Init_thread unless initialized; counts instances */
 void coll_mpi_unref(void); /* MPI_Finalize with the last instance, if coll_mpi_ref inited it */
 int coll_mpi_world_rank(void);
 int coll_mpi_world_size(void);
-bool coll_mpi_one_host(void); /* all ranks share one host (MPI_COMM_TYPE_SHARED) */
+int coll_mpi_local_size(void); /* ranks on this host (MPI_COMM_TYPE_SHARED) */
 _Noreturn void coll_mpi_abort(int code);
 bool coll_mpi_active(void); /* initialized and not finalized */
 #endif
@@ -106,29 +106,41 @@ bool coll_mpi_active(void); /* initialized and not finalized */
 void coll_reduce_sum(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
 /* The plain-C twin of coll_reduce_sum, one element at a time: the test oracle. */
 void coll_reduce_sum_ref(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+/* The baseline-ISA build of coll_reduce_sum (tests compare every build with the _ref). */
+void coll_reduce_sum_generic(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+/* Which build coll_reduce_sum uses: "avx512" or "generic" (NM_ISA=ref forces generic). */
+const char *coll_reduce_isa(void);
 
 /* Waiting. A wait spins with a pause first (the peer is usually microseconds away), then
- * yields the CPU (ranks may be oversubscribed: 4 ranks on 2 cores in tests), then sleeps with a
- * growing interval (a rank that waits for seconds is loading or stuck, not racing). check()
- * returns true every ~2 ms once past the spin phase: time to look at liveness and the timeout. */
+ * yields the CPU, then sleeps with a growing interval (a rank that waits for more than 20 ms is
+ * loading or stuck, not racing). How long it spins depends on the job: with a CPU per rank
+ * (production), a few milliseconds, so that a short imbalance never hands the core to another
+ * process; oversubscribed (tests run 4 ranks on 2 cores), a few microseconds, so that the rank
+ * being waited for gets the core. check() returns true every ~2 ms once past the spin phase:
+ * time to look at liveness and the timeout. */
 struct coll_backoff {
-    uint64_t t_start;    /* ns, first wait */
+    uint64_t t_start;    /* ns, end of the spin phase */
     uint64_t t_progress; /* ns, last progress (timeouts count from here) */
     uint64_t t_check;    /* ns, next check due */
     uint32_t spins;      /* pause iterations so far */
+    uint32_t spin_max;   /* pause iterations before the first yield */
     uint32_t sleep_ns;   /* current sleep, grows to COLL_SLEEP_MAX_NS */
 };
 enum {
-    COLL_SPIN_ITERS = 2000,            /* ~50-100 us of pause before the first yield */
-    COLL_YIELD_NS = 20 * 1000 * 1000,  /* yield (not sleep) for the first 20 ms */
-    COLL_CHECK_NS = 2 * 1000 * 1000,   /* liveness and timeout checks every 2 ms */
-    COLL_SLEEP_MAX_NS = 1000 * 1000,   /* sleeps grow up to 1 ms */
+    COLL_SPIN_DEDICATED = 100000,     /* ~5 ms (a pause is ~50 ns): a CPU per rank */
+    COLL_SPIN_OVERSUBSCRIBED = 200,   /* ~10 us: more ranks than CPUs */
+    COLL_YIELD_NS = 20 * 1000 * 1000, /* yield (not sleep) for the first 20 ms */
+    COLL_CHECK_NS = 2 * 1000 * 1000,  /* liveness and timeout checks every 2 ms */
+    COLL_SLEEP_MAX_NS = 1000 * 1000,  /* sleeps grow up to 1 ms */
 };
-static inline void coll_backoff_init(struct coll_backoff *b) {
+/* Spin budget for a job with `local_ranks` ranks on this host. */
+uint32_t coll_spin_iters(int local_ranks);
+static inline void coll_backoff_init(struct coll_backoff *b, const struct coll *c) {
     b->t_start = 0;
     b->t_progress = 0;
     b->t_check = 0;
     b->spins = 0;
+    b->spin_max = c->spin_iters;
     b->sleep_ns = 0;
 }
 void coll_backoff_slow(struct coll_backoff *b);
@@ -141,7 +153,7 @@ static inline void coll_backoff_clock(struct coll_backoff *b, uint64_t now) {
 }
 /* One wait iteration. */
 static inline void coll_backoff_pause(struct coll_backoff *b) {
-    if (b->spins < COLL_SPIN_ITERS) {
+    if (b->spins < b->spin_max) {
         b->spins++;
         coll_cpu_relax();
         return;
@@ -150,7 +162,7 @@ static inline void coll_backoff_pause(struct coll_backoff *b) {
 }
 /* True when a liveness/timeout check is due (never during the spin phase). */
 static inline bool coll_backoff_check(struct coll_backoff *b) {
-    if (b->spins < COLL_SPIN_ITERS) return false;
+    if (b->spins < b->spin_max) return false;
     uint64_t now = nm_time_ns();
     coll_backoff_clock(b, now);
     if (now < b->t_check) return false;

@@ -23,19 +23,19 @@ enum { COLL_MPI_GATHER_MAX = 16 * 1024 };
 /* The tag of every collective message; coll_send/coll_recv use their own communicator. */
 enum { COLL_MPI_TAG = 7 };
 
-static int g_mpi_refs;      /* live instances that use MPI */
-static bool g_mpi_inited;   /* coll_mpi_ref called MPI_Init_thread */
+static int g_mpi_refs;    /* live instances that use MPI */
+static bool g_mpi_inited; /* coll_mpi_ref called MPI_Init_thread */
 static bool g_mpi_finalized;
 
 struct coll_mpi {
-    MPI_Comm comm;        /* dup of MPI_COMM_WORLD for collective traffic */
-    MPI_Comm p2p;         /* dup for coll_send/coll_recv: user tags never meet collectives */
-    MPI_Request *reqs;    /* [2 * size] */
-    int *req_peer;        /* [2 * size] peer of each request; +size for sends */
-    int *idx;             /* [2 * size] MPI_Testsome output */
+    MPI_Comm comm;     /* dup of MPI_COMM_WORLD for collective traffic */
+    MPI_Comm p2p;      /* dup for coll_send/coll_recv: user tags never meet collectives */
+    MPI_Request *reqs; /* [2 * size] */
+    int *req_peer;     /* [2 * size] peer of each request; +size for sends */
+    int *idx;          /* [2 * size] MPI_Testsome output */
     int nreq;
-    const void **src;     /* [size] sources of coll_reduce_sum */
-    void *scratch;        /* grows to the largest gather/reduce-scatter seen */
+    const void **src; /* [size] sources of coll_reduce_sum */
+    void *scratch;    /* grows to the largest gather/reduce-scatter seen */
     size_t scratch_bytes;
 };
 
@@ -44,12 +44,13 @@ static _Noreturn void coll_mpi_fail(const char *call, int rc) {
     int len = 0;
     MPI_Error_string(rc, s, &len);
     nm_fatal("collectives: %s failed: %s (an MPI installation or launch problem: check that "
-             "mpirun and the library come from the same Open MPI)", call, s);
+             "mpirun and the library come from the same Open MPI)",
+             call, s);
 }
-#define COLL_MPI_CHECK(call)                                                                \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_ != MPI_SUCCESS) coll_mpi_fail(#call, rc_);                                  \
+#define COLL_MPI_CHECK(call)                                                                       \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) coll_mpi_fail(#call, rc_);                                         \
     } while (0)
 
 void coll_mpi_ref(void) {
@@ -90,14 +91,14 @@ int coll_mpi_world_size(void) {
     return s;
 }
 
-bool coll_mpi_one_host(void) {
+int coll_mpi_local_size(void) {
     MPI_Comm local;
     int n;
-    COLL_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                                       &local));
+    COLL_MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
     COLL_MPI_CHECK(MPI_Comm_size(local, &n));
     MPI_Comm_free(&local);
-    return n == coll_mpi_world_size();
+    return n;
 }
 
 _Noreturn void coll_mpi_abort(int code) {
@@ -128,8 +129,7 @@ static void mpi_irecv(struct coll_mpi *m, MPI_Comm comm, void *buf, size_t bytes
 
 static void mpi_isend(struct coll *c, struct coll_mpi *m, MPI_Comm comm, const void *buf,
                       size_t bytes, int peer, int tag) {
-    COLL_MPI_CHECK(
-        MPI_Isend(buf, mpi_count(bytes), MPI_BYTE, peer, tag, comm, &m->reqs[m->nreq]));
+    COLL_MPI_CHECK(MPI_Isend(buf, mpi_count(bytes), MPI_BYTE, peer, tag, comm, &m->reqs[m->nreq]));
     m->req_peer[m->nreq++] = peer + c->size;
 }
 
@@ -138,7 +138,7 @@ static void mpi_isend(struct coll *c, struct coll_mpi *m, MPI_Comm comm, const v
 static void mpi_wait(struct coll *c, struct coll_mpi *m, const char *what) {
     int left = m->nreq;
     struct coll_backoff b;
-    coll_backoff_init(&b);
+    coll_backoff_init(&b, c);
     while (left > 0) {
         int done = 0;
         COLL_MPI_CHECK(MPI_Testsome(m->nreq, m->reqs, &done, m->idx, MPI_STATUSES_IGNORE));
@@ -169,8 +169,7 @@ static void mpi_wait(struct coll *c, struct coll_mpi *m, const char *what) {
     m->nreq = 0;
 }
 
-static void mpi_allreduce_sum(struct coll *c, const void *in, bool in_bf16, float *out,
-                              size_t n) {
+static void mpi_allreduce_sum(struct coll *c, const void *in, bool in_bf16, float *out, size_t n) {
     struct coll_mpi *m = c->impl;
     int R = c->size, me = c->rank;
     size_t es = in_bf16 ? sizeof(uint16_t) : sizeof(float);
@@ -275,7 +274,7 @@ static void mpi_recv(struct coll *c, void *buf, size_t bytes, int peer, int tag)
     MPI_Message msg;
     MPI_Status st;
     struct coll_backoff b;
-    coll_backoff_init(&b);
+    coll_backoff_init(&b, c);
     for (;;) {
         int found = 0;
         COLL_MPI_CHECK(MPI_Improbe(peer, tag, m->p2p, &found, &msg, &st));
@@ -283,14 +282,16 @@ static void mpi_recv(struct coll *c, void *buf, size_t bytes, int peer, int tag)
         if (coll_backoff_check(&b) && coll_backoff_stalled_s(&b) > c->timeout_s)
             nm_fatal("collectives: rank %d made no progress for %.1f s: no message with tag %d "
                      "arrived from it (mpi recv); stopping the job (NM_COLL_TIMEOUT_S raises the "
-                     "limit)", peer, coll_backoff_stalled_s(&b), tag);
+                     "limit)",
+                     peer, coll_backoff_stalled_s(&b), tag);
         coll_backoff_pause(&b);
     }
     int got = 0;
     COLL_MPI_CHECK(MPI_Get_count(&st, MPI_BYTE, &got));
     if ((size_t)got != bytes)
         nm_fatal("collectives: rank %d sent %d bytes with tag %d, this rank receives %zu: the "
-                 "ranks disagree on the message", peer, got, tag, bytes);
+                 "ranks disagree on the message",
+                 peer, got, tag, bytes);
     COLL_MPI_CHECK(MPI_Mrecv(buf, got, MPI_BYTE, &msg, MPI_STATUS_IGNORE));
 }
 

@@ -40,8 +40,7 @@ double coll_numa_fraction_on(const void *addr, size_t len, int node) {
     void *pages[SAMPLES];
     int status[SAMPLES];
     unsigned long n = npages < SAMPLES ? npages : SAMPLES;
-    for (unsigned long i = 0; i < n; i++)
-        pages[i] = (char *)addr + (i * npages / n) * page;
+    for (unsigned long i = 0; i < n; i++) pages[i] = (char *)addr + (i * npages / n) * page;
     if (numa_move_pages(0, n, pages, NULL, status, 0) != 0) return -1;
     unsigned long on = 0;
     for (unsigned long i = 0; i < n; i++) on += status[i] == node;

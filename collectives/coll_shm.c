@@ -39,11 +39,13 @@
  * still exists (kill(pid, 0) and its /proc state, so a killed rank is seen in milliseconds), and
  * the timeout; any of these ends the job through nm_fatal, naming the rank.
  *
- * Algorithms (R ranks, N bytes, S = slot bytes): allreduce up to the one-shot size: one step,
- * every rank copies its input into its slot and sums all slots in rank order. Larger: per chunk
- * of S bytes, a reduce-scatter step (rank p sums segment p of every slot into its other slot)
- * and an allgather step (every rank copies every segment out): 2 steps per chunk, about 2N read
- * per rank instead of R*N. Allgather and broadcast move S bytes per rank per step. */
+ * Algorithms (R ranks, N bytes, S = slot bytes): allreduce up to the one-shot size (coll.c
+ * picks it per rank count): one step, every rank copies its input into its slot and sums its
+ * own input and the peers' slots in rank order, reading (R-1)N from the peers. Larger: per
+ * chunk of S bytes, a reduce-scatter step (every rank copies the chunk, less its own segment,
+ * into its slot; rank p sums segment p of every rank into its other slot) and an allgather step
+ * (every rank copies every summed segment out): two steps per chunk, 2N(R-1)/R read from the
+ * peers. Allgather and broadcast move up to S bytes per rank per step. */
 #ifdef NM_HAVE_MPI
 #include "coll_impl.h"
 
@@ -59,10 +61,10 @@
 #include <unistd.h>
 
 enum {
-    SHM_LINE = 128,                /* one counter per line pair */
-    SHM_SLOT_HDR = 64,             /* header in front of every data slot */
-    SHM_P2P_BYTES = 64 * 1024,     /* data bytes per point-to-point slot */
-    SHM_MAX_RANKS = 255,           /* the op descriptor has 8 bits for a root */
+    SHM_LINE = 128,            /* one counter per line pair */
+    SHM_SLOT_HDR = 64,         /* header in front of every data slot */
+    SHM_P2P_BYTES = 64 * 1024, /* data bytes per point-to-point slot */
+    SHM_MAX_RANKS = 255,       /* the op descriptor has 8 bits for a root */
     SHM_NAME_MAX = 64,
 };
 #define SHM_MAGIC 0x6e6d636f6c6c3031ull /* "nmcoll01" */
@@ -143,9 +145,9 @@ static uint64_t shm_desc(enum shm_op op, int root, size_t bytes) {
 }
 
 static size_t shm_region_bytes(int R, size_t slot_bytes) {
-    size_t b = SHM_LINE * (1 + 2 * (size_t)R);              /* step, p2p_sent, p2p_taken */
-    b += 2 * (SHM_SLOT_HDR + slot_bytes);                    /* slot[2] */
-    b += (size_t)R * 2 * (SHM_SLOT_HDR + SHM_P2P_BYTES);     /* p2p[R][2] */
+    size_t b = SHM_LINE * (1 + 2 * (size_t)R);           /* step, p2p_sent, p2p_taken */
+    b += 2 * (SHM_SLOT_HDR + slot_bytes);                /* slot[2] */
+    b += (size_t)R * 2 * (SHM_SLOT_HDR + SHM_P2P_BYTES); /* p2p[R][2] */
     return shm_round_up(b, (size_t)sysconf(_SC_PAGESIZE));
 }
 
@@ -186,7 +188,8 @@ static void shm_wait_check(struct coll *c, struct coll_backoff *b, int peer, con
     int ab = atomic_load_explicit(&s->hdr->abort_rank, memory_order_acquire);
     if (ab && ab != c->rank + 1)
         nm_fatal("collectives: rank %d is stopping the job (its message says why); this rank "
-                 "was waiting for rank %d in %s", ab - 1, peer, what);
+                 "was waiting for rank %d in %s",
+                 ab - 1, peer, what);
     pid_t pid = s->hdr->pid[peer];
     char st = s->check_pids ? shm_pid_state(pid) : '?';
     if (st == 0 || st == 'Z' || st == 'X')
@@ -208,7 +211,7 @@ static void shm_wait(struct coll *c, struct shm_counter *ctr, uint64_t want, int
     uint64_t have = atomic_load_explicit(&ctr->v, memory_order_acquire);
     if (have >= want) return;
     struct coll_backoff b;
-    coll_backoff_init(&b);
+    coll_backoff_init(&b, c);
     for (;;) {
         coll_backoff_pause(&b);
         have = atomic_load_explicit(&ctr->v, memory_order_acquire);
@@ -243,8 +246,8 @@ static void shm_publish(struct coll *c, uint64_t k) {
 
 static void shm_desc_str(uint64_t desc, char *buf, size_t len) {
     unsigned op = (unsigned)(desc >> 56);
-    const char *name = op < NM_ARRAY_LEN(shm_op_names) && shm_op_names[op] ? shm_op_names[op]
-                                                                            : "(corrupt)";
+    const char *name =
+        op < NM_ARRAY_LEN(shm_op_names) && shm_op_names[op] ? shm_op_names[op] : "(corrupt)";
     snprintf(buf, len, "%s of %llu bytes (root %u)", name,
              (unsigned long long)(desc & ((1ull << 48) - 1)), (unsigned)(desc >> 48 & 0xff));
 }
@@ -271,8 +274,8 @@ static const char *shm_slot_read(struct coll *c, int p, uint64_t k, uint64_t des
 
 /* ---- operations ------------------------------------------------------------------------- */
 
-static void shm_allreduce_oneshot(struct coll *c, const void *in, bool bf16, float *out,
-                                  size_t n, uint64_t desc) {
+static void shm_allreduce_oneshot(struct coll *c, const void *in, bool bf16, float *out, size_t n,
+                                  uint64_t desc) {
     struct coll_shm *s = c->impl;
     size_t bytes = n * (bf16 ? sizeof(uint16_t) : sizeof(float));
     uint64_t k = shm_step_next(s);
@@ -284,8 +287,8 @@ static void shm_allreduce_oneshot(struct coll *c, const void *in, bool bf16, flo
 }
 
 /* Reduce-scatter + allgather, one chunk of at most slot_bytes input per pair of steps. */
-static void shm_allreduce_chunked(struct coll *c, const void *in, bool bf16, float *out,
-                                  size_t n, uint64_t desc) {
+static void shm_allreduce_chunked(struct coll *c, const void *in, bool bf16, float *out, size_t n,
+                                  uint64_t desc) {
     struct coll_shm *s = c->impl;
     int R = c->size, me = c->rank;
     size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
@@ -297,13 +300,17 @@ static void shm_allreduce_chunked(struct coll *c, const void *in, bool bf16, flo
         size_t m = NM_MIN(chunk, n - off), lo, hi;
         const char *src = (const char *)in + off * es;
         coll_segment(m, R, me, &lo, &hi);
-        /* Step 1: publish this chunk of the input; sum segment `me` of every rank's chunk. */
+        /* Step 1: publish this chunk of the input, except segment `me`, which only this rank
+         * reads (from in); sum segment `me` of every rank's chunk. */
         uint64_t k = shm_step_next(s);
-        memcpy(shm_slot_acquire(c, k, desc, "allreduce (reduce-scatter)"), src, m * es);
+        char *mine = shm_slot_acquire(c, k, desc, "allreduce (reduce-scatter)");
+        memcpy(mine, src, lo * es);
+        memcpy(mine + hi * es, src + hi * es, (m - hi) * es);
         shm_publish(c, k);
         for (int p = 0; p < R; p++)
-            s->src[p] = (p == me ? src : shm_slot_read(c, p, k, desc, "allreduce (reduce-scatter)")) +
-                        lo * es;
+            s->src[p] =
+                (p == me ? src : shm_slot_read(c, p, k, desc, "allreduce (reduce-scatter)")) +
+                lo * es;
         /* Step 2: publish the summed segment (R2 holds: every peer reached step k above);
          * copy every rank's segment out. */
         uint64_t k2 = shm_step_next(s);
@@ -396,7 +403,8 @@ static void shm_send(struct coll *c, const void *buf, size_t bytes, int peer, in
         h->bytes = bytes;
         h->chunk = j;
         size_t off = j * SHM_P2P_BYTES;
-        memcpy(slot + SHM_SLOT_HDR, (const char *)buf + off, NM_MIN(bytes - off, (size_t)SHM_P2P_BYTES));
+        memcpy(slot + SHM_SLOT_HDR, (const char *)buf + off,
+               NM_MIN(bytes - off, (size_t)SHM_P2P_BYTES));
         atomic_store_explicit(&me->p2p_sent[peer].v, i + 1, memory_order_release);
         s->p2p_nsent[peer] = i + 1;
     }
@@ -430,7 +438,7 @@ static void shm_abort_notify(struct coll *c) {
     atomic_compare_exchange_strong(&s->hdr->abort_rank, &zero, c->rank + 1);
 }
 
-static void shm_release(struct coll_shm *s, int R) {
+static void shm_release(struct coll_shm *s) {
     if (s->hdr) munmap(s->hdr, s->seg_bytes);
     nm_free(s->reg);
     nm_free(s->p2p_nsent);
@@ -441,19 +449,19 @@ static void shm_release(struct coll_shm *s, int R) {
 
 static void shm_free(struct coll *c) {
     shm_barrier(c); /* nobody reads a peer's region after this */
-    shm_release(c->impl, c->size);
+    shm_release(c->impl);
     c->impl = NULL;
 }
 
 static const struct coll_ops coll_shm_ops = {
     .name = "shm",
-    .allreduce_sum = shm_allreduce_sum,  /* one-shot, or reduce-scatter + allgather per chunk */
-    .allgatherv = shm_allgatherv,        /* slot_bytes per rank per step */
-    .bcast = shm_bcast,                  /* root's slot, slot_bytes per step */
-    .barrier = shm_barrier,              /* a step with no data */
-    .send = shm_send,                    /* per-pair channel, two slots */
-    .recv = shm_recv,                    /* checks tag, size and order */
-    .abort_notify = shm_abort_notify,    /* sets the abort word: waiting peers stop at once */
+    .allreduce_sum = shm_allreduce_sum, /* one-shot, or reduce-scatter + allgather per chunk */
+    .allgatherv = shm_allgatherv,       /* slot_bytes per rank per step */
+    .bcast = shm_bcast,                 /* root's slot, slot_bytes per step */
+    .barrier = shm_barrier,             /* a step with no data */
+    .send = shm_send,                   /* per-pair channel, two slots */
+    .recv = shm_recv,                   /* checks tag, size and order */
+    .abort_notify = shm_abort_notify,   /* sets the abort word: waiting peers stop at once */
     .free = shm_free,
 };
 
@@ -466,7 +474,7 @@ static bool shm_all_ok(bool ok) {
     return !any;
 }
 
-bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool quiet) {
+bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes) {
     int R = coll_mpi_world_size(), me = coll_mpi_world_rank();
     c->rank = me;
     c->size = R;
@@ -491,7 +499,8 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0 || ftruncate(fd, (off_t)seg_bytes) != 0) {
             nm_log_warn("collectives: creating shared memory %s (%zu bytes) failed: %s (is "
-                        "/dev/shm mounted and writable?)", name, seg_bytes, nm_strerror_errno());
+                        "/dev/shm mounted and writable?)",
+                        name, seg_bytes, nm_strerror_errno());
             if (fd >= 0) {
                 close(fd);
                 shm_unlink(name);
@@ -504,11 +513,11 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
 
     struct coll_shm *s = nm_alloc(sizeof *s, 64, "shm transport");
     if (me) fd = shm_open(name, O_RDWR, 0600);
-    void *base = fd < 0 ? MAP_FAILED
-                        : mmap(NULL, seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *base =
+        fd < 0 ? MAP_FAILED : mmap(NULL, seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
-        nm_log_warn("collectives: mapping shared memory %s (%zu bytes) failed: %s", name,
-                    seg_bytes, nm_strerror_errno());
+        nm_log_warn("collectives: mapping shared memory %s (%zu bytes) failed: %s", name, seg_bytes,
+                    nm_strerror_errno());
         ok = false;
     } else {
         s->hdr = base;
@@ -517,14 +526,15 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
         size_t at = hdr_bytes + (size_t)me * region_bytes;
         if (!coll_numa_prefer((char *)base + at, region_bytes, c->node))
             nm_log_warn("collectives: binding the shm slots to node %d failed: %s; they stay "
-                        "where the kernel puts them", c->node, nm_strerror_errno());
+                        "where the kernel puts them",
+                        c->node, nm_strerror_errno());
         int err = posix_fallocate(fd, (off_t)at, (off_t)region_bytes);
         if (!me && !err) err = posix_fallocate(fd, 0, (off_t)hdr_bytes);
         if (err) {
             errno = err;
             nm_log_warn("collectives: allocating %zu bytes of shared memory failed: %s (/dev/shm "
-                        "too small? in a container, raise --shm-size)", region_bytes,
-                        nm_strerror_errno());
+                        "too small? in a container, raise --shm-size)",
+                        region_bytes, nm_strerror_errno());
             ok = false;
         } else {
             memset((char *)base + at, 0, region_bytes);
@@ -533,7 +543,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
     if (fd >= 0) close(fd);
     if (!shm_all_ok(ok)) {
         if (!me) shm_unlink(name);
-        shm_release(s, R);
+        shm_release(s);
         return false;
     }
     struct shm_header *h = s->hdr;
@@ -547,8 +557,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
     h->pid[me] = (int32_t)getpid();
     MPI_Barrier(MPI_COMM_WORLD); /* header and pids written, every rank mapped */
     if (!me) shm_unlink(name);
-    NM_ASSERT(h->magic == SHM_MAGIC && h->nranks == (uint64_t)R &&
-              h->region_bytes == region_bytes);
+    NM_ASSERT(h->magic == SHM_MAGIC && h->nranks == (uint64_t)R && h->region_bytes == region_bytes);
 
     s->slot_bytes = slot_bytes;
     s->oneshot_bytes = oneshot_bytes;
@@ -576,8 +585,8 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, bool
     else if (c->node >= 0)
         snprintf(where, sizeof where, "node %d", c->node);
     snprintf(c->detail, sizeof c->detail,
-             "segment %.1f MiB, 2 x %zu KiB slots on %s, one-shot allreduce up to %zu KiB",
-             (double)seg_bytes / (1 << 20), slot_bytes / 1024, where, oneshot_bytes / 1024);
+             "segment %.1f MiB, 2 x %zu KiB slots on %s, one-shot allreduce up to %zu B",
+             (double)seg_bytes / (1 << 20), slot_bytes / 1024, where, oneshot_bytes);
     c->impl = s;
     c->ops = &coll_shm_ops;
     MPI_Barrier(MPI_COMM_WORLD);

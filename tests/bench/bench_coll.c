@@ -1,13 +1,16 @@
 /* Collectives benchmark in the style of the OSU micro-benchmarks (osu_allreduce,
  * osu_allgather): latency per message size, 4 B to 64 MiB, for each numallm transport side by
- * side with Open MPI's own MPI_Allreduce / MPI_Allgather in the same run. For each size and
- * column: a barrier, warm-up iterations (not timed), then `iters` back-to-back operations
- * timed as a whole; the per-rank mean is reported as average, minimum and maximum over ranks.
+ * side with Open MPI's own MPI_Allreduce / MPI_Allgather in the same run. For each size:
+ * warm-up iterations per column (not timed), then 5 timed blocks of back-to-back operations
+ * per column, the columns taking turns; a rank's figure is its median block (robust to the
+ * preemptions of a shared machine), reported as average, minimum and maximum over ranks.
  * Next to it: the speedup of each transport over MPI, its bandwidth (bytes / time) and memcpy's
  * bandwidth for the same size with every rank copying at once (the ceiling for large sizes).
  *
  * Usage: mpirun -np N [--bind-to core] bench_coll [-o allreduce|allgather|all]
  *        [-m MAX_BYTES] [-i ITER_SCALE] [-t shm,mpi]
+ * -t lists the numallm transports to time (each becomes a column); shm:ONESHOT_KB[:SLOT_KB]
+ * is the shm transport with other thresholds (shm:0 never uses the one-shot allreduce).
  * Allgather sizes are bytes per rank (as OSU's), up to MAX_BYTES / N so that the gathered
  * buffer stays within MAX_BYTES. Not a test: timings are printed, never asserted. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -36,6 +39,7 @@ struct column {
 };
 
 static int g_rank, g_size;
+enum { BLOCKS = 5 }; /* timed blocks per size and column */
 
 static void machine_facts(struct column *cols, int ncols) {
     char cpu[256] = "unknown";
@@ -55,11 +59,13 @@ static void machine_facts(struct column *cols, int ncols) {
     if (d) {
         struct dirent *e;
         while ((e = readdir(d)))
-            if (!strncmp(e->d_name, "node", 4) && e->d_name[4] >= '0' && e->d_name[4] <= '9') nodes++;
+            if (!strncmp(e->d_name, "node", 4) && e->d_name[4] >= '0' && e->d_name[4] <= '9')
+                nodes++;
         closedir(d);
     }
     cpu_set_t set;
-    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1, most = 0, least = 0;
+    int mine = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1, most = 0,
+        least = 0;
     MPI_Reduce(&mine, &most, 1, MPI_INT, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&mine, &least, 1, MPI_INT, MPI_MIN, 0, MPI_COMM_WORLD);
     char lib[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -69,8 +75,10 @@ static void machine_facts(struct column *cols, int ncols) {
     char host[128] = "";
     gethostname(host, sizeof host - 1);
     if (g_rank) return;
-    printf("# numallm bench_coll (OSU style: warm-up excluded; latency = mean per rank over the "
-           "timed iterations; avg/min/max over ranks)\n");
+    printf("# numallm bench_coll (OSU style: warm-up excluded; a rank's latency = the median of "
+           "%d timed blocks, each the mean of its back-to-back operations, columns taking turns; "
+           "avg/min/max over ranks)\n",
+           BLOCKS);
     printf("# host %s, CPU %s, %ld CPUs online, %d NUMA node(s)\n", host, cpu,
            sysconf(_SC_NPROCESSORS_ONLN), nodes);
     printf("# %d ranks, CPUs each rank may run on: %d..%d; %s\n", g_size, least, most, lib);
@@ -99,7 +107,8 @@ static void run_once(const struct column *col, enum op op, size_t bytes, void *i
         break;
     case COL_MPI:
         if (op == OP_ALLREDUCE)
-            MPI_Allreduce(in, out, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(in, out, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
         else
             MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
         break;
@@ -109,16 +118,33 @@ static void run_once(const struct column *col, enum op op, size_t bytes, void *i
     }
 }
 
-/* Mean seconds per operation on this rank. */
-static double time_column(const struct column *col, enum op op, size_t bytes, void *in, void *out,
-                          int iters) {
-    int warmup = iters / 10 + 2;
-    MPI_Barrier(MPI_COMM_WORLD);
-    for (int i = 0; i < warmup; i++) run_once(col, op, bytes, in, out);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    for (int i = 0; i < iters; i++) run_once(col, op, bytes, in, out);
-    return (MPI_Wtime() - t0) / iters;
+/* Seconds per operation on this rank, for every column: warm-up, then BLOCKS timed blocks of
+ * iters / BLOCKS operations, the columns taking turns block by block (so a disturbance on a
+ * shared machine hits them all alike); the median block is the rank's figure. */
+static void time_columns(const struct column *cols, int ncols, enum op op, size_t bytes, void *in,
+                         void *out, int iters, double *t) {
+    int per = iters / BLOCKS < 1 ? 1 : iters / BLOCKS, warmup = iters / 10 + 2;
+    double blk[8][BLOCKS];
+    for (int i = 0; i < ncols; i++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int w = 0; w < warmup; w++) run_once(&cols[i], op, bytes, in, out);
+    }
+    for (int b = 0; b < BLOCKS; b++)
+        for (int i = 0; i < ncols; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            for (int k = 0; k < per; k++) run_once(&cols[i], op, bytes, in, out);
+            blk[i][b] = (MPI_Wtime() - t0) / per;
+        }
+    for (int i = 0; i < ncols; i++) { /* median of BLOCKS (insertion sort) */
+        for (int a = 1; a < BLOCKS; a++)
+            for (int j = a; j > 0 && blk[i][j - 1] > blk[i][j]; j--) {
+                double x = blk[i][j];
+                blk[i][j] = blk[i][j - 1];
+                blk[i][j - 1] = x;
+            }
+        t[i] = blk[i][BLOCKS / 2];
+    }
 }
 
 static void bench_op(enum op op, struct column *cols, int ncols, size_t max_bytes, double scale) {
@@ -137,20 +163,20 @@ static void bench_op(enum op op, struct column *cols, int ncols, size_t max_byte
                g_size, op == OP_ALLGATHER ? " (per-rank bytes)" : "");
         printf("%10s", "size(B)");
         for (int i = 0; i < ncols; i++)
-            if (cols[i].kind != COL_MEMCPY)
-                printf(" | %-13s %8s %8s", cols[i].name, "min", "max");
+            if (cols[i].kind != COL_MEMCPY) printf(" | %-13s %8s %8s", cols[i].name, "min", "max");
         for (int i = 0; i < ncols; i++)
             if (cols[i].kind == COL_TRANSPORT) printf(" | %4s x   GB/s", cols[i].name);
         printf(" | memcpy GB/s\n");
     }
     for (size_t bytes = 4; bytes <= top; bytes *= 2) {
         int iters = iters_for(bytes, scale);
-        double avg[8] = {0}, mn[8] = {0}, mx[8] = {0};
+        double t[8], avg[8] = {0}, mn[8] = {0}, mx[8] = {0};
+        time_columns(cols, ncols, op, bytes, in, out, iters, t);
         for (int i = 0; i < ncols; i++) {
-            double t = time_column(&cols[i], op, bytes, in, out, iters), sum = 0;
-            MPI_Reduce(&t, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-            MPI_Reduce(&t, &mn[i], 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
-            MPI_Reduce(&t, &mx[i], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            double sum = 0;
+            MPI_Reduce(&t[i], &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+            MPI_Reduce(&t[i], &mn[i], 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+            MPI_Reduce(&t[i], &mx[i], 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
             avg[i] = sum / g_size;
         }
         if (g_rank) continue;
@@ -186,9 +212,12 @@ int main(int argc, char **argv) {
             transports = argv[++i];
         else
             nm_fatal("usage: %s [-o allreduce|allgather|all] [-m MAX_BYTES] [-i ITER_SCALE] "
-                     "[-t shm,mpi]", argv[0]);
+                     "[-t shm,mpi]",
+                     argv[0]);
     }
-    MPI_Init(&argc, &argv);
+    int inited = 0; /* launcher/bench_coll_main.c may call this with MPI already up */
+    MPI_Initialized(&inited);
+    if (!inited) MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (getenv("NM_COLL")) {
@@ -199,12 +228,19 @@ int main(int argc, char **argv) {
     int ncols = 0;
     char list[128];
     snprintf(list, sizeof list, "%s", transports);
-    for (char *save, *t = strtok_r(list, ",", &save); t && ncols < 6; t = strtok_r(NULL, ",", &save)) {
-        struct coll_options o = {.transport = !strcmp(t, "shm")      ? COLL_TRANSPORT_SHM
-                                              : !strcmp(t, "mpi")    ? COLL_TRANSPORT_MPI
-                                              : !strcmp(t, "single") ? COLL_TRANSPORT_SINGLE
-                                                                     : COLL_TRANSPORT_AUTO,
-                                 .quiet = g_rank != 0};
+    for (char *save, *t = strtok_r(list, ",", &save); t && ncols < 6;
+         t = strtok_r(NULL, ",", &save)) {
+        /* "shm:ONESHOT_KB[:SLOT_KB]" is the shm transport with other thresholds */
+        struct coll_options o = {.quiet = g_rank != 0};
+        unsigned oneshot_kb = 0, slot_kb = 0;
+        if (!strncmp(t, "shm", 3) && sscanf(t, "shm:%u:%u", &oneshot_kb, &slot_kb) >= 1) {
+            o.shm_oneshot_bytes = oneshot_kb ? (size_t)oneshot_kb << 10 : 1; /* 0: never */
+            o.shm_slot_bytes = (size_t)slot_kb << 10;
+        }
+        o.transport = !strncmp(t, "shm", 3)  ? COLL_TRANSPORT_SHM
+                      : !strcmp(t, "mpi")    ? COLL_TRANSPORT_MPI
+                      : !strcmp(t, "single") ? COLL_TRANSPORT_SINGLE
+                                             : COLL_TRANSPORT_AUTO;
         cols[ncols++] = (struct column){COL_TRANSPORT, coll_init(&o), t};
     }
     cols[ncols++] = (struct column){COL_MPI, NULL, "MPI"};
@@ -214,7 +250,7 @@ int main(int argc, char **argv) {
     if (strcmp(ops, "allreduce")) bench_op(OP_ALLGATHER, cols, ncols, max_bytes, scale);
     for (int i = 0; i < ncols; i++)
         if (cols[i].kind == COL_TRANSPORT) coll_free(cols[i].c);
-    MPI_Finalize();
+    if (!inited) MPI_Finalize();
     return 0;
 }
 #endif

@@ -5,8 +5,9 @@
  *   - an allreduce result must equal the rank-order fold ((x0 + x1) + x2) ... computed here one
  *     element at a time, bit for bit (so all ranks hold the same bits, on every run);
  *   - outputs have guard bytes on both sides that must survive.
- * Run it plainly (single transport, and then MPI must not have been initialized) or under
- * mpirun with NM_COLL=shm|mpi|auto. Usage: test_coll [--max-mib N] [--min-mib N] [--expect T]
+ * Run it plainly or under mpirun with NM_COLL=shm|mpi|auto; whenever the transport is single,
+ * MPI must not have been initialized at the end. Also: many small collectives of every kind
+ * back to back (slot reuse). Usage: test_coll [--max-mib N] [--min-mib N] [--expect T];
  * --min-mib N runs only the sizes of at least N MiB (the big-size ctest entries). */
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,8 @@ static uint64_t gen_bits(uint32_t op, int rank, size_t i) {
  * payloads may legitimately depend on the operand order the compiler picks. */
 static float gen_f32(uint32_t op, int rank, size_t i) {
     uint64_t h = gen_bits(op, rank, i);
-    uint32_t kind = h & 63, sign = (uint32_t)(h >> 6 & 1) << 31, mant = (uint32_t)(h >> 7) & 0x7fffff;
+    uint32_t kind = h & 63, sign = (uint32_t)(h >> 6 & 1) << 31,
+             mant = (uint32_t)(h >> 7) & 0x7fffff;
     uint32_t u;
     if (kind == 0)
         u = sign; /* +-0 */
@@ -72,8 +74,17 @@ static float widen_bf16(uint16_t h) {
     return f;
 }
 
-static unsigned char gen_byte(uint32_t op, int rank, size_t i) {
-    return (unsigned char)(gen_bits(op, rank, i) >> 24);
+/* Bytes come eight to a hash: byte i of (op, rank) is byte i % 8 of hash i / 8. */
+static void gen_bytes(unsigned char *dst, size_t n, uint32_t op, int rank) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t h = gen_bits(op, rank, i / 8);
+        memcpy(dst + i, &h, 8);
+    }
+    if (i < n) {
+        uint64_t h = gen_bits(op, rank, i / 8);
+        memcpy(dst + i, &h, n - i);
+    }
 }
 
 /* The expected allreduce element: the rank-order fold, one element at a time. */
@@ -132,8 +143,8 @@ static void check(const char *what, size_t size, const void *got, const void *wa
         nm_log_error("FAIL %s, size %zu (%s): element %td of %zu is 0x%x, want 0x%x", what, size,
                      coll_transport_name(g_c), bad, n, gv, wv);
     } else {
-        nm_log_error("FAIL %s, size %zu (%s): %s overwritten", what, size,
-                     coll_transport_name(g_c), g);
+        nm_log_error("FAIL %s, size %zu (%s): %s overwritten", what, size, coll_transport_name(g_c),
+                     g);
     }
     nm_fatal("reproduce: %s", g_repro);
 }
@@ -163,7 +174,8 @@ static void check_self_test(void) {
 
 static void test_allreduce(size_t n, uint32_t op) {
     size_t bytes = n * sizeof(float);
-    float *in = guarded_alloc(bytes), *out = guarded_alloc(bytes), *want = nm_alloc(bytes, 64, "want");
+    float *in = guarded_alloc(bytes), *out = guarded_alloc(bytes),
+          *want = nm_alloc(bytes, 64, "want");
     uint16_t *in16 = guarded_alloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) {
         in[i] = gen_f32(op, g_rank, i);
@@ -186,10 +198,10 @@ static void test_allreduce(size_t n, uint32_t op) {
 /* Allgather with `bytes` per rank (equal), out of place and in place, then variable counts. */
 static void test_allgather(size_t bytes, uint32_t op) {
     size_t total = bytes * (size_t)g_size;
-    unsigned char *in = guarded_alloc(bytes), *out = guarded_alloc(total), *want = nm_alloc(total, 64, "want");
-    for (size_t i = 0; i < bytes; i++) in[i] = gen_byte(op, g_rank, i);
-    for (int r = 0; r < g_size; r++)
-        for (size_t i = 0; i < bytes; i++) want[(size_t)r * bytes + i] = gen_byte(op, r, i);
+    unsigned char *in = guarded_alloc(bytes), *out = guarded_alloc(total),
+                  *want = nm_alloc(total, 64, "want");
+    gen_bytes(in, bytes, op, g_rank);
+    for (int r = 0; r < g_size; r++) gen_bytes(want + (size_t)r * bytes, bytes, op, r);
     coll_allgather(g_c, in, bytes, out);
     check("allgather", bytes, out, want, total, 1);
     memset(out, 0, total);
@@ -209,9 +221,8 @@ static void test_allgather(size_t bytes, uint32_t op) {
     out = guarded_alloc(vtotal);
     want = nm_alloc(vtotal + 1, 64, "want");
     unsigned char *vin = guarded_alloc(counts[g_rank]);
-    for (size_t i = 0; i < counts[g_rank]; i++) vin[i] = gen_byte(op + 1, g_rank, i);
-    for (int r = 0; r < g_size; r++)
-        for (size_t i = 0; i < counts[r]; i++) want[at++] = gen_byte(op + 1, r, i);
+    gen_bytes(vin, counts[g_rank], op + 1, g_rank);
+    for (int r = 0; r < g_size; at += counts[r], r++) gen_bytes(want + at, counts[r], op + 1, r);
     coll_allgatherv(g_c, vin, counts, out);
     check("allgatherv", bytes, out, want, vtotal, 1);
     guarded_free(vin);
@@ -222,10 +233,8 @@ static void test_allgather(size_t bytes, uint32_t op) {
 
 static void test_bcast(size_t bytes, uint32_t op, int root) {
     unsigned char *buf = guarded_alloc(bytes), *want = nm_alloc(bytes, 64, "want");
-    for (size_t i = 0; i < bytes; i++) {
-        want[i] = gen_byte(op, root, i);
-        buf[i] = g_rank == root ? want[i] : (unsigned char)~want[i];
-    }
+    gen_bytes(want, bytes, op, root);
+    for (size_t i = 0; i < bytes; i++) buf[i] = g_rank == root ? want[i] : (unsigned char)~want[i];
     coll_bcast(g_c, buf, bytes, root);
     check("bcast", bytes, buf, want, bytes, 1);
     guarded_free(buf);
@@ -237,11 +246,10 @@ static void test_bcast(size_t bytes, uint32_t op, int root) {
 static void test_sendrecv(size_t bytes, uint32_t op, int tag) {
     if (g_size < 2) return;
     int to = (g_rank + 1) % g_size, from = (g_rank + g_size - 1) % g_size;
-    unsigned char *out = guarded_alloc(bytes), *in = guarded_alloc(bytes), *want = nm_alloc(bytes, 64, "want");
-    for (size_t i = 0; i < bytes; i++) {
-        out[i] = gen_byte(op, g_rank, i);
-        want[i] = gen_byte(op, from, i);
-    }
+    unsigned char *out = guarded_alloc(bytes), *in = guarded_alloc(bytes),
+                  *want = nm_alloc(bytes, 64, "want");
+    gen_bytes(out, bytes, op, g_rank);
+    gen_bytes(want, bytes, op, from);
     for (int pass = 0; pass < 2; pass++) {
         if ((pass == 0) == (g_rank % 2 == 0))
             coll_send(g_c, out, bytes, to, tag);
@@ -273,20 +281,23 @@ int main(int argc, char **argv) {
     g_rank = coll_rank(g_c);
     g_size = coll_size(g_c);
     const char *env = getenv("NM_COLL");
-    size_t len = (size_t)snprintf(g_repro, sizeof g_repro, "NM_COLL=%s mpirun --oversubscribe -np %d",
-                                  env ? env : "auto", g_size);
+    size_t len =
+        (size_t)snprintf(g_repro, sizeof g_repro, "NM_COLL=%s mpirun --oversubscribe -np %d",
+                         env ? env : "auto", g_size);
     for (int i = 0; i < argc && len < sizeof g_repro; i++)
         len += (size_t)snprintf(g_repro + len, sizeof g_repro - len, " %s", argv[i]);
     if (expect && strcmp(expect, coll_transport_name(g_c)))
         nm_fatal("transport is %s, expected %s; reproduce: %s", coll_transport_name(g_c), expect,
                  g_repro);
 
-    /* Element counts: small odd sizes, the one-shot threshold (64 KiB = 16384 f32, 32768
-     * bf16), the 1 MiB slot (262144 f32, 524288 bf16), chunk multiples and 64 MiB. */
+    /* Element counts: small odd sizes, the one-shot thresholds (64 KiB = 16384 f32 or 32768
+     * bf16 for 2 ranks; 4 KiB, 2 KiB, 512 B for 3, 4, 8), the 1 MiB slot (262144 f32, 524288
+     * bf16), several chunks with a tail, and an odd size just under 64 MiB (16777216 - 3). */
     static const size_t counts[] = {
-        1, 2, 3, 5, 7, 15, 16, 17, 33, 100, 255, 1000, 1023, 1025, 4095, 4096, 4097, 8192,
-        16383, 16384, 16385, 32767, 32768, 32769, 65537, 262143, 262144, 262145, 524287, 524289,
-        3 * 262144 + 7, 4194304 + 5, 16777216,
+        1,     2,      3,      5,      7,      15,     16,     17,       33,    100,
+        127,   128,    129,    255,    511,    512,    513,    1000,     1023,  1025,
+        4095,  4096,   4097,   8192,   16383,  16384,  16385,  32767,    32768, 32769,
+        65537, 262143, 262144, 262145, 524287, 524289, 786439, 16777213,
     };
     uint32_t op = 100;
     for (size_t k = 0; k < NM_ARRAY_LEN(counts); k++, op += 16) {
@@ -315,10 +326,10 @@ int main(int argc, char **argv) {
     int nranks = g_size;
     coll_free(g_c);
 #ifdef NM_HAVE_MPI
-    /* With the single transport and no launcher, coll_init must not have touched MPI. */
+    /* The single transport (one rank, with or without mpirun) must not have touched MPI. */
     int mpi_inited = 0;
     MPI_Initialized(&mpi_inited);
-    if (!strcmp(transport, "single") && !getenv("OMPI_COMM_WORLD_SIZE") && mpi_inited)
+    if (!strcmp(transport, "single") && mpi_inited)
         nm_fatal("the single transport initialized MPI");
 #endif
     if (g_rank == 0)

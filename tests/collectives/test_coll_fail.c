@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
         coll_allreduce_sum_f32(c, in, out, N);
         if (nm_time_s() - t0 > 60) {
             nm_log_error("test_coll_fail: rank %d still running after 60 s: the failure of rank "
-                         "%d (%s) went unnoticed", me, victim, mode);
+                         "%d (%s) went unnoticed",
+                         me, victim, mode);
             _exit(3);
         }
     }
