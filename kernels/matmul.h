@@ -52,6 +52,23 @@ static inline void act_invalidate(struct act *a) { a->q8_ready = false; }
  * mismatch. */
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy);
 
+/* A canonical chunk of a row-parallel matmul's input columns (see rank/shard.h, "Exactness"):
+ * the weight columns [w0, w1) it reads (whole blocks of the weight's type) and the activation
+ * columns [a0, a1) it keeps (w0 <= a0 < a1 <= w1; the others count as zero; multiples of 32). */
+struct kern_chunk {
+    int64_t w0, w1;
+    int64_t a0, a1;
+};
+
+/* y[i][j] = sum over chunks c, in order, in double, of the f32 dot product of row j of w with
+ * row i of x over chunk c's columns (activations outside [a0, a1) taken as zero). A chunk's f32
+ * partial depends only on its own weight and activation bytes, so whichever rank computes a chunk
+ * gets the same number, and the double sums are exact for all practical purposes. The chunks
+ * must lie inside [0, w->k); together they are the columns that count. Uses every thread of the
+ * pool; quantizes x once (x->q8) as kern_matmul does. */
+void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
+                             int n_chunks, double *y, int64_t ldy);
+
 /* The plain-C reference: same contract, single-threaded, through vec_dot_ref. */
 void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ldy);
 

@@ -137,7 +137,8 @@ struct gen {
     struct tok_stream *ts;  /* NULL: print ids */
     float *logits;          /* [vocab_local] of the last evaluated position */
     float *full;            /* [n_vocab] when dumping logits */
-    struct dump_logits *dl; /* NULL: no dump */
+    bool dump;              /* --dump-logits: every rank takes part in gathering the logits */
+    struct dump_logits *dl; /* the file, on rank 0 */
     int32_t eos;
     int n_eval;             /* forward passes made while generating */
     double t_gen;
@@ -186,7 +187,7 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
         enum nm_status st = engine_eval(s->e, &tok, 1, false, g->logits, err, errlen);
         if (st) return st;
         g->n_eval++;
-        if (g->dl) {
+        if (g->dump) {
             engine_gather_logits(s->e, g->logits, g->full, 1);
             if (s->rank == 0 && (st = dump_logits_row(g->dl, DUMP_KIND_GENERATED, pos, tok, g->full, err, errlen)))
                 return st;
@@ -323,6 +324,7 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
     }
     g.logits = logits;
     g.full = full;
+    g.dump = all;
     g.dl = dl.fp ? &dl : NULL;
     if ((st = generate(&g, NULL, NULL, err, errlen))) goto out;
     if (s->rank == 0) printf("\n");

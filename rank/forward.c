@@ -31,7 +31,11 @@ struct engine {
     float *k;        /* [n_batch][n_head_kv_l * head_dim] */
     float *v;        /* [n_batch][n_head_kv_l * head_dim_v] */
     float *att;      /* [n_batch][wo_k] attention output; columns outside the rank's heads stay 0 */
-    float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down (partial, then summed) */
+    float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down, summed over ranks */
+    double *part;    /* [n_batch][n_embd] this rank's row-parallel partial sums, exact in double */
+    double *parts;   /* [nranks][n_batch][n_embd] every rank's partials, summed in rank order */
+    struct kern_chunk *wo_chunks, *down_chunks; /* canonical chunks of the row-parallel matmuls */
+    int n_wo_chunks, n_down_chunks;
     float *gate;     /* [n_batch][n_ff_l] */
     float *up;       /* [n_batch][n_ff_l] */
     float *rope;     /* [n_batch][n_rot] cos/sin pairs per token */
@@ -78,6 +82,14 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     e->v = alloc_f32(B * e->n_head_kv_l * c->head_dim_v, "v");
     e->att = alloc_f32(B * e->wo_k, "att");
     e->proj = alloc_f32(B * c->n_embd, "proj");
+    e->part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "row-parallel partials");
+    if (sh->nranks > 1)
+        e->parts = nm_alloc((size_t)(B * c->n_embd) * sizeof(double) * (size_t)sh->nranks, 64, "partials of all ranks");
+    e->wo_chunks = calloc((size_t)NM_MAX(e->n_head_l, 1), sizeof *e->wo_chunks);
+    e->down_chunks = calloc((size_t)(e->n_ff_l / SHARD_FF_CHUNK + 1), sizeof *e->down_chunks);
+    NM_ASSERT(e->wo_chunks && e->down_chunks);
+    e->n_wo_chunks = shard_wo_chunks(sh, c, m->layers[0].wo.type, e->wo_chunks);
+    e->n_down_chunks = shard_down_chunks(sh, e->down_chunks);
     e->gate = alloc_f32(B * e->n_ff_l, "gate");
     e->up = alloc_f32(B * e->n_ff_l, "up");
     e->rope = alloc_f32(B * c->n_rot, "rope");
@@ -97,6 +109,10 @@ void engine_free(struct engine *e) {
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores};
     for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) nm_free(bufs[i]);
     nm_free(e->q8);
+    nm_free(e->part);
+    nm_free(e->parts);
+    free(e->wo_chunks);
+    free(e->down_chunks);
     free(e);
 }
 
@@ -123,10 +139,24 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
     free(bytes);
 }
 
-/* Tensor parallelism: sum the row-parallel partial outputs of all ranks, in rank order. */
-static void allreduce(struct engine *e, float *buf, int64_t n) {
+/* A row-parallel matmul and its allreduce: out = sum over ranks of this rank's columns of W
+ * times its slice of the input. Each rank's partial is a double sum of canonical chunks
+ * (shard.h, "Exactness"); the partials are summed in rank order and rounded to f32 once, so
+ * every rank count gives the same bits. */
+static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
+                                    const struct kern_chunk *chunks, int n_chunks, float *out) {
+    const int64_t n = (int64_t)in->m * w->n;
+    kern_matmul_chunked_f64(e->pool, w, in, chunks, n_chunks, e->part, w->n);
     const uint64_t t0 = nm_time_ns();
-    coll_allreduce_sum_f32(e->coll, buf, buf, (size_t)n);
+    const double *sum = e->part;
+    const int nr = coll_size(e->coll);
+    if (nr > 1) {
+        coll_allgather(e->coll, e->part, (size_t)n * sizeof(double), e->parts);
+        for (int r = 1; r < nr; r++)
+            for (int64_t i = 0; i < n; i++) e->parts[i] += e->parts[(int64_t)r * n + i];
+        sum = e->parts;
+    }
+    for (int64_t i = 0; i < n; i++) out[i] = (float)sum[i];
     e->coll_seconds += (double)(nm_time_ns() - t0) * 1e-9;
 }
 
@@ -215,8 +245,7 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     pool_run(e->pool, attn_worker, &job);
 
     struct act att = act_of(e, e->att, n, e->wo_k);
-    matmul(e, &L->wo, &att, e->proj);
-    allreduce(e, e->proj, (int64_t)n * c->n_embd);
+    matmul_rowpar_allreduce(e, &L->wo, &att, e->wo_chunks, e->n_wo_chunks, e->proj);
     add_bias(e->proj, L->bo, n, c->n_embd);
     op_add(e->x, e->proj, (int64_t)n * c->n_embd);
 }
@@ -231,8 +260,7 @@ static void ffn_block(struct engine *e, int il, int n) {
     matmul(e, &L->w_up, &in, e->up);
     op_swiglu(e->gate, e->gate, e->up, (int64_t)n * e->n_ff_l);
     struct act hid = act_of(e, e->gate, n, e->n_ff_l);
-    matmul(e, &L->w_down, &hid, e->proj);
-    allreduce(e, e->proj, (int64_t)n * c->n_embd);
+    matmul_rowpar_allreduce(e, &L->w_down, &hid, e->down_chunks, e->n_down_chunks, e->proj);
     op_add(e->x, e->proj, (int64_t)n * c->n_embd);
 }
 

@@ -37,11 +37,11 @@ enum nm_status shard_plan(const struct model_config *c, const struct shard_types
         s->kv_heads = (struct range){s->q_heads.begin / group, (s->q_heads.end - 1) / group + 1};
     }
 
-    const int64_t ff_align = NM_MAX(32, block_size(t->w_down));
+    const int64_t ff_align = SHARD_FF_CHUNK; /* a multiple of every block size (32, 256) */
     const int64_t ff_units = (c->n_ff + ff_align - 1) / ff_align;
     if (nranks > ff_units)
         return nm_errf(err, errlen, NM_ERR_ARGS,
-                       "%d ranks but n_ff = %lld splits into only %lld blocks of %lld (ffn_down's block size)", nranks,
+                       "%d ranks but n_ff = %lld splits into only %lld chunks of %lld values", nranks,
                        (long long)c->n_ff, (long long)ff_units, (long long)ff_align);
     const struct range u = shard_split(ff_units, nranks, rank);
     s->ff = (struct range){u.begin * ff_align, NM_MIN(u.end * ff_align, c->n_ff)};
@@ -56,6 +56,27 @@ enum nm_status shard_plan(const struct model_config *c, const struct shard_types
     s->wo_cols = (struct range){s->wo_owned.begin / blk * blk,
                                 NM_MIN((s->wo_owned.end + blk - 1) / blk * blk, n_cols)};
     return NM_OK;
+}
+
+int shard_wo_chunks(const struct shard *s, const struct model_config *c, enum dtype wo, struct kern_chunk *out) {
+    const int64_t blk = block_size(wo), n_cols = c->n_head * c->head_dim_v, base = s->wo_cols.begin;
+    int n = 0;
+    for (int64_t h = s->q_heads.begin; h < s->q_heads.end; h++) {
+        const int64_t a0 = h * c->head_dim_v, a1 = a0 + c->head_dim_v;
+        const int64_t w0 = a0 / blk * blk, w1 = NM_MIN((a1 + blk - 1) / blk * blk, n_cols);
+        out[n++] = (struct kern_chunk){.w0 = w0 - base, .w1 = w1 - base, .a0 = a0 - base, .a1 = a1 - base};
+    }
+    return n;
+}
+
+int shard_down_chunks(const struct shard *s, struct kern_chunk *out) {
+    int n = 0;
+    for (int64_t f = s->ff.begin; f < s->ff.end; f += SHARD_FF_CHUNK) {
+        const int64_t e = NM_MIN(f + SHARD_FF_CHUNK, s->ff.end);
+        out[n++] = (struct kern_chunk){.w0 = f - s->ff.begin, .w1 = e - s->ff.begin, .a0 = f - s->ff.begin,
+                                       .a1 = e - s->ff.begin};
+    }
+    return n;
 }
 
 /* How a tensor is cut, by the name after "blk.N.". */

@@ -8,22 +8,32 @@
  *   column-parallel (a rank computes only its heads); attn_output is row-parallel: a rank
  *   multiplies the columns of its query heads and an allreduce sums the partial outputs.
  * - FFN: ffn_gate/ffn_up are column-parallel over n_ff, ffn_down row-parallel; n_ff is cut on
- *   multiples of `ff_align` (the block size of ffn_down's type, at least 32) so every
- *   quantization block stays whole on one rank.
+ *   multiples of SHARD_FF_CHUNK (256) values: every quantization block stays whole on one rank.
  * - A row-parallel slice whose column range is not block aligned (attn_output with K-quants and
  *   64-wide heads) is widened outward to whole blocks; the rank feeds zeros into the columns it
  *   does not own, so the allreduce still sums every column exactly once.
  * - Output head: split by vocabulary rows. Norms, biases of replicated outputs and the embedding
  *   table are replicated.
  * Uneven splits are normal: units are dealt out as evenly as possible, earlier ranks taking the
- * remainder. */
+ * remainder.
+ *
+ * Exactness. A row-parallel matmul is summed over fixed chunks of its input columns that do not
+ * depend on the rank count: one query head's columns for attn_output, SHARD_FF_CHUNK columns of
+ * n_ff for ffn_down. Each chunk's partial sum is computed the same way by whichever rank owns it,
+ * the partials are added in double, and ranks only ever split between chunks; so 1, 2, ... N
+ * ranks add the same numbers and round once, and give the same bits (up to double rounding,
+ * ~1e-16). Without this, the int8 activation quantization turns 1-ulp differences in partial-sum
+ * order into rounding flips that grow to the size of the quantization noise. */
 #ifndef NM_SHARD_H
 #define NM_SHARD_H
 
 #include <stdint.h>
 
 #include "base.h"
+#include "matmul.h"
 #include "types.h"
+
+#define SHARD_FF_CHUNK 256
 
 struct model_config;
 
@@ -47,9 +57,8 @@ struct shard {
 
 /* Block sizes the planner must respect, from the tensors' types in the file. */
 struct shard_types {
-    enum dtype wo;     /* attn_output.weight (of layer 0; layers share a type in practice,
-                          and shard_plan is given the largest block size if they do not) */
-    enum dtype w_down; /* ffn_down.weight: its block size sets ff_align */
+    enum dtype wo;     /* attn_output.weight (of layer 0; layers share a type in practice) */
+    enum dtype w_down; /* ffn_down.weight */
 };
 
 /* Plan rank `rank` of `nranks`. Fails with NM_ERR_ARGS and a message when the model cannot be
@@ -57,6 +66,14 @@ struct shard_types {
  * vocabulary rows). */
 enum nm_status shard_plan(const struct model_config *c, const struct shard_types *t, int rank, int nranks,
                           struct shard *out, char *err, size_t errlen);
+
+/* The canonical chunks of this rank's row-parallel matmuls, in the rank's local columns (see
+ * "Exactness" above): one per local query head for attn_output (weight columns widened to whole
+ * blocks of `wo`'s type, activation kept on the head's columns only), one per SHARD_FF_CHUNK
+ * columns for ffn_down. out must hold range_len(q_heads) resp. ceil(ff/256) entries. Returns
+ * the count. */
+int shard_wo_chunks(const struct shard *s, const struct model_config *c, enum dtype wo, struct kern_chunk *out);
+int shard_down_chunks(const struct shard *s, struct kern_chunk *out);
 
 /* Split n units into nranks nearly equal parts; part r of them (earlier parts are longer). */
 struct range shard_split(int64_t n, int nranks, int r);

@@ -32,7 +32,7 @@ static void check_plan(const struct shape *sh, enum dtype wo, enum dtype down, i
                              .head_dim_v = sh->head_dim, .n_ff = sh->n_ff, .n_vocab = sh->n_vocab,
                              .n_embd = sh->n_embd};
     struct shard_types t = {.wo = wo, .w_down = down};
-    const int64_t group = c.n_head / c.n_head_kv, ff_align = NM_MAX(32, dtype_get(down)->blck_size),
+    const int64_t group = c.n_head / c.n_head_kv, ff_align = SHARD_FF_CHUNK,
                   blk = dtype_get(wo)->blck_size;
     int64_t next_q = 0, next_ff = 0, next_v = 0, min_q = 1 << 30, max_q = 0;
     static int kv_seen[4096];
@@ -109,7 +109,7 @@ int main(void) {
     struct shard s1;
     shard_plan(&q, &tq, 1, 4, &s1, NULL, 0);
     CHECK(s1.kv_heads.begin == 0 && s1.kv_heads.end == 2, "rank 1 of 4 has query heads of both KV groups");
-    const int64_t ff3[3][2] = {{0, 1632}, {1632, 3264}, {3264, 4864}};
+    const int64_t ff3[3][2] = {{0, 1792}, {1792, 3328}, {3328, 4864}};
     for (int r = 0; r < 3; r++) {
         struct shard s;
         shard_plan(&q, &tq, r, 3, &s, NULL, 0);
