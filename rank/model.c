@@ -108,6 +108,10 @@ static enum nm_status opt_float(const struct cfg_reader *r, const char *suffix, 
 
 enum nm_status model_config_read(const struct gguf_file *f, struct model_config *cfg, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
+    /* Say so before the architecture: vocabulary files carry ones numallm does not run. */
+    if (f->n_tensors == 0)
+        return nm_errf(err, errlen, NM_ERR_NOT_FOUND,
+                       "%s: the file has no tensors (a vocabulary-only GGUF?); a model needs its weights", f->path);
     struct gguf_str a;
     enum nm_status st = gguf_get_str(f, "general.architecture", &a, err, errlen);
     if (st == NM_ERR_NOT_FOUND)
@@ -131,6 +135,11 @@ enum nm_status model_config_read(const struct gguf_file *f, struct model_config 
     if ((st = req_int(&r, "context_length", 1, &cfg->n_ctx_train))) return st;
     if ((st = req_int(&r, "embedding_length", 1, &cfg->n_embd))) return st;
     if ((st = req_int(&r, "block_count", 1, &cfg->n_layer))) return st;
+    /* Refuse an absurd block_count before anyone allocates or loops per layer (a layer has
+     * several tensors). */
+    if ((uint64_t)cfg->n_layer > f->n_tensors)
+        return nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: %s.block_count is %lld, but the file has only %llu tensors",
+                       f->path, arch, (long long)cfg->n_layer, (unsigned long long)f->n_tensors);
     if ((st = req_int(&r, "feed_forward_length", 1, &cfg->n_ff))) return st;
     if ((st = req_int(&r, "attention.head_count", 1, &cfg->n_head))) return st;
     if ((st = opt_int(&r, "attention.head_count_kv", 1, cfg->n_head, "no grouped-query attention", &cfg->n_head_kv)))
@@ -455,19 +464,8 @@ enum nm_status model_load_file(struct gguf_file *f, const struct model_load_para
     m->path = f->path;
     struct binder b = {.m = m, .p = p, .err = err, .errlen = errlen};
     enum nm_status st;
-    if (f->n_tensors == 0) {
-        st = nm_errf(err, errlen, NM_ERR_NOT_FOUND,
-                     "%s: the file has no tensors (a vocabulary-only GGUF?); a model needs its weights", f->path);
-        goto fail;
-    }
     if ((st = model_config_read(f, &m->cfg, err, errlen))) goto fail;
     const struct model_config *c = &m->cfg;
-    /* Refuse an absurd block_count before allocating for it (a layer has several tensors). */
-    if ((uint64_t)c->n_layer > f->n_tensors) {
-        st = nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: %s.block_count is %lld, but the file has only %llu tensors",
-                     f->path, arch_name(c->arch), (long long)c->n_layer, (unsigned long long)f->n_tensors);
-        goto fail;
-    }
     const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
     const struct gguf_tensor *down = gguf_find_tensor(f, "blk.0.ffn_down.weight");
     struct shard_types types = {.wo = wo && dtype_get(wo->type) ? (enum dtype)wo->type : DTYPE_F32,
