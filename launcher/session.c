@@ -69,7 +69,11 @@ static void run_checks(const struct session *s, const struct session_opts *o) {
     struct gguf_file *f;
     struct model_config c;
     if (gguf_open(o->model, &f, NULL, 0) == NM_OK) {
-        if (model_config_read(f, &c, NULL, 0) == NM_OK &&
+        const int level = nm_log_level;
+        nm_log_level = 0; /* the load below reports the configuration's defaults once */
+        const enum nm_status st = model_config_read(f, &c, NULL, 0);
+        nm_log_level = level;
+        if (st == NM_OK &&
             shard_weight_bytes(f, &c, s->rank, s->nranks, &bytes, NULL, 0) != NM_OK)
             bytes = 0;
         gguf_close(f);

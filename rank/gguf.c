@@ -196,37 +196,49 @@ static int cmp_tensor_offsets(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static enum nm_status check_duplicates(struct gguf_file *f, char *err, size_t errlen) {
-    enum nm_status st = NM_OK;
-    uint64_t n = NM_MAX(f->n_kv, f->n_tensors);
-    void **idx = malloc((n ? n : 1) * sizeof(void *));
-    if (!idx) return nm_errf(err, errlen, NM_ERR_NOMEM, "%s: out of memory", f->path);
-    for (uint64_t i = 0; i < f->n_kv; i++) idx[i] = &f->kv[i];
-    qsort(idx, f->n_kv, sizeof(void *), cmp_kv_keys);
-    for (uint64_t i = 1; i < f->n_kv && !st; i++) {
-        const struct gguf_kv *a = idx[i - 1], *b = idx[i];
+/* Sorted indexes for look-ups by name in O(log n) (a crafted file may hold millions of keys or
+ * tensors); adjacent equal names in them are the duplicates. */
+static enum nm_status index_keys(struct gguf_file *f, char *err, size_t errlen) {
+    f->kv_sorted = malloc((f->n_kv ? f->n_kv : 1) * sizeof *f->kv_sorted);
+    if (!f->kv_sorted) return nm_errf(err, errlen, NM_ERR_NOMEM, "%s: out of memory", f->path);
+    for (uint64_t i = 0; i < f->n_kv; i++) f->kv_sorted[i] = &f->kv[i];
+    qsort(f->kv_sorted, f->n_kv, sizeof *f->kv_sorted, cmp_kv_keys);
+    for (uint64_t i = 1; i < f->n_kv; i++) {
+        const struct gguf_kv *a = f->kv_sorted[i - 1], *b = f->kv_sorted[i];
         if (str_cmp(a->key, b->key) == 0)
-            st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate key '%.*s'", f->path,
-                         (int)NM_MIN(a->key.len, 200), a->key.ptr);
+            return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate key '%.*s'", f->path,
+                           (int)NM_MIN(a->key.len, 200), a->key.ptr);
     }
-    for (uint64_t i = 0; i < f->n_tensors && !st; i++) idx[i] = &f->tensors[i];
-    if (!st) qsort(idx, f->n_tensors, sizeof(void *), cmp_tensor_names);
+    return NM_OK;
+}
+
+static enum nm_status index_tensors(struct gguf_file *f, char *err, size_t errlen) {
+    const uint64_t n = f->n_tensors ? f->n_tensors : 1;
+    f->tensor_sorted = malloc(n * sizeof *f->tensor_sorted);
+    struct gguf_tensor **by_offset = malloc(n * sizeof *by_offset);
+    enum nm_status st = NM_OK;
+    if (!f->tensor_sorted || !by_offset) {
+        free(by_offset);
+        return nm_errf(err, errlen, NM_ERR_NOMEM, "%s: out of memory", f->path);
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) f->tensor_sorted[i] = by_offset[i] = &f->tensors[i];
+    qsort(f->tensor_sorted, f->n_tensors, sizeof *f->tensor_sorted, cmp_tensor_names);
     for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
-        const struct gguf_tensor *a = idx[i - 1], *b = idx[i];
+        const struct gguf_tensor *a = f->tensor_sorted[i - 1], *b = f->tensor_sorted[i];
         if (strcmp(a->name, b->name) == 0)
             st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate tensor name '%s'", f->path, a->name);
     }
     /* Overlap: sorted by offset, each tensor must end at or before the next one starts. */
-    if (!st) qsort(idx, f->n_tensors, sizeof(void *), cmp_tensor_offsets);
+    if (!st) qsort(by_offset, f->n_tensors, sizeof *by_offset, cmp_tensor_offsets);
     for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
-        const struct gguf_tensor *a = idx[i - 1], *b = idx[i];
+        const struct gguf_tensor *a = by_offset[i - 1], *b = by_offset[i];
         if (a->offset + a->size > b->offset)
             st = nm_errf(err, errlen, NM_ERR_FORMAT,
                          "%s: tensors '%s' (offset %llu, %llu bytes) and '%s' (offset %llu) overlap",
                          f->path, a->name, (unsigned long long)a->offset, (unsigned long long)a->size,
                          b->name, (unsigned long long)b->offset);
     }
-    free(idx);
+    free(by_offset);
     return st;
 }
 
@@ -332,6 +344,7 @@ enum nm_status gguf_parse(const void *data, uint64_t size, const char *name, str
         }
         if ((st = rd_value(&c, kv, i))) goto fail;
     }
+    if ((st = index_keys(f, err, errlen))) goto fail;
     const struct gguf_kv *al = gguf_find_kv(f, "general.alignment");
     if (al) {
         if (al->type != GGUF_TYPE_UINT32) {
@@ -374,7 +387,7 @@ enum nm_status gguf_parse(const void *data, uint64_t size, const char *name, str
         }
         t->data = f->base + data_off + t->offset;
     }
-    if ((st = check_duplicates(f, err, errlen))) goto fail;
+    if ((st = index_tensors(f, err, errlen))) goto fail;
     *out = f;
     return NM_OK;
 fail:
@@ -418,19 +431,34 @@ void gguf_close(struct gguf_file *f) {
     for (uint64_t i = 0; f->kv && i < f->n_kv; i++) free(f->kv[i].str_offsets);
     free(f->kv);
     free(f->tensors);
+    free(f->kv_sorted);
+    free(f->tensor_sorted);
     if (f->mapped) munmap((void *)f->base, f->size);
     free(f);
 }
 
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key) {
-    for (uint64_t i = 0; i < f->n_kv; i++)
-        if (f->kv[i].key.ptr && gguf_str_eq(f->kv[i].key, key)) return &f->kv[i];
+    const struct gguf_str k = {.ptr = key, .len = strlen(key)};
+    uint64_t lo = 0, hi = f->kv_sorted ? f->n_kv : 0;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        const int c = str_cmp(f->kv_sorted[mid]->key, k);
+        if (c == 0) return f->kv_sorted[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name) {
-    for (uint64_t i = 0; i < f->n_tensors; i++)
-        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    uint64_t lo = 0, hi = f->tensor_sorted ? f->n_tensors : 0;
+    while (lo < hi) {
+        const uint64_t mid = lo + (hi - lo) / 2;
+        const int c = strcmp(f->tensor_sorted[mid]->name, name);
+        if (c == 0) return f->tensor_sorted[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
     return NULL;
 }
 

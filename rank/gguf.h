@@ -73,6 +73,8 @@ struct gguf_file {
     struct gguf_kv *kv;
     uint64_t n_tensors;
     struct gguf_tensor *tensors;
+    struct gguf_kv **kv_sorted;           /* by key, for gguf_find_kv */
+    struct gguf_tensor **tensor_sorted;   /* by name, for gguf_find_tensor */
 };
 
 /* Map and validate a file. On success *out owns the mapping; free with gguf_close. */
