@@ -49,8 +49,4 @@ void bench_machine_print(const struct bench_machine *m, FILE *f, bool markdown);
  * not measured. */
 double bench_machine_bw(const struct bench_machine *m, const char *nodes);
 
-/* Read bandwidth of `bytes` with one thread on each of cpus[0..n) (memory on the node of those
- * CPUs): one warm-up pass, then reps timed passes; returns the median, with min and max. */
-double bench_bw_measure(const int *cpus, int n, size_t bytes, int reps, double *min, double *max);
-
 #endif

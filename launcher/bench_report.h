@@ -10,8 +10,11 @@
  *   bw_gbs       measured read bandwidth of those NUMA nodes (the ceiling); null when not measured
  *   scaling_eff  t/s / (n_ranks x t/s of the same test on 1 rank at the same threads per rank);
  *                null without such a 1-rank row
- * Every column of the markdown table is one of these fields (the md column names map to them
- * as bench_md_field says), so the JSON carries every figure the table shows. */
+ * Every column of the markdown table is made from these fields, so the JSON carries every figure
+ * the table shows: model = model_type, size = model_size, params = model_n_params, backend =
+ * backends, ngl = n_gpu_layers, threads = n_threads, ranks = n_ranks, n_batch, n_ubatch, type_k,
+ * type_v, test = n_prompt/n_gen/n_depth, t/s = avg_ts ± stddev_ts, GB/s = avg_gbs, bw GB/s =
+ * bw_gbs, eff = scaling_eff (tests/bench_cli/check_bench.py checks this mapping). */
 #ifndef NM_BENCH_REPORT_H
 #define NM_BENCH_REPORT_H
 
@@ -83,6 +86,9 @@ struct bench_printer {
     bool first; /* json: no separator before the first row */
 };
 
+/* Print the format's opening (md: the table's header; csv: the field names; json: "["; sql:
+ * CREATE TABLE; nothing for jsonl and none), then one row per call as it arrives (each row is
+ * flushed, so a long run can be followed), then the footer. p->f stays the caller's. */
 void bench_printer_header(struct bench_printer *p);
 void bench_printer_row(struct bench_printer *p, const struct bench_row *r);
 /* notes: lines printed under a markdown table, before the build line (ignored by the other
