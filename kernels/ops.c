@@ -4,7 +4,12 @@
 #include <math.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <string.h>
+
 #include "base.h"
+#include "cpu.h"
+#include "x86-avx512/attn.h"
 
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
@@ -59,7 +64,24 @@ void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type) {
     for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
 }
 
-void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
+typedef void (*attn_fn)(float *, const float *, const void *, const void *, enum dtype, int64_t, int64_t, int64_t,
+                        int64_t, int64_t, float, float *);
+static attn_fn g_attn;
+static pthread_once_t g_attn_once = PTHREAD_ONCE_INIT;
+
+/* The attention kernel follows the ISA path chosen once for all kernels (cpu.h). */
+static void attn_choose(void) {
+    g_attn = strcmp(kern_isa_get()->name, "avx512") == 0 ? attn_head_avx512 : op_attention_head_ref;
+}
+
+void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
+                       int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
+                       float *scratch) {
+    pthread_once(&g_attn_once, attn_choose);
+    g_attn(out, q, k, v, kv_type, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch);
+}
+
+void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
                        int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
                        int64_t head_dim_v, float scale, float *scratch) {
     const size_t esize = kv_type == DTYPE_F16 ? 2 : 4;

@@ -1,7 +1,7 @@
-/* Element-wise and attention operations of the forward pass, plain C. These are both the
- * reference and, for now, the only implementation: they are a small share of a step next to
- * the matmuls. Each has a contract that the reference implementation in tests/reference
- * mirrors in float64. */
+/* Element-wise and attention operations of the forward pass, plain C (a small share of a step
+ * next to the matmuls), except attention, whose cost grows with the context: it runs an AVX-512
+ * twin when that ISA path was chosen, with op_attention_head_ref as reference. Each has a
+ * contract that the reference implementation in tests/reference mirrors in float64. */
 #ifndef NM_OPS_H
 #define NM_OPS_H
 
@@ -34,6 +34,10 @@ void op_add(float *x, const float *y, int64_t n);
 void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
                        int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
                        int64_t head_dim_v, float scale, float *scratch);
+/* The plain-C reference of op_attention_head (which runs the ISA path's version). */
+void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
+                           int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
+                           int64_t head_dim_v, float scale, float *scratch);
 
 /* Store n floats into a KV row of type F32 or F16. */
 void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type);

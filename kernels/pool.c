@@ -1,9 +1,11 @@
 /* Worker pool (see pool.h). Workers wait on a generation counter: pool_run stores the job and
  * bumps the counter (release); each worker that sees a new generation (acquire) runs the job
  * and decrements `pending`; the caller runs its own share as worker 0 and then waits until
- * `pending` reaches zero. Workers spin briefly before sleeping on the condition variable, so
- * the back-to-back jobs of a decode step (hundreds per token) do not pay a futex wake-up each,
- * while an idle pool costs no CPU. */
+ * `pending` reaches zero. Waiters spin with a pause for POOL_SPIN_NS, so the back-to-back jobs of
+ * a decode step (hundreds per token, tens of microseconds apart) do not pay a futex wake-up
+ * each, then yield the CPU (cores may be shared or oversubscribed, as with several ranks per
+ * core in tests), and workers finally sleep on the condition variable: an idle pool costs no
+ * CPU. */
 #define _GNU_SOURCE
 #include "pool.h"
 
@@ -16,7 +18,8 @@
 
 #include "base.h"
 
-#define POOL_SPIN_ITERS 200000
+#define POOL_SPIN_NS 100000  /* spin this long before yielding */
+#define POOL_YIELD_NS 2000000 /* then yield this long before sleeping */
 
 struct worker {
     struct pool *pool;
@@ -50,25 +53,39 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* One step of a wait that began at t0 (0 on the first call): pause while young, then yield.
+ * Returns false once the wait has lasted long enough to sleep instead. */
+static bool wait_step(uint64_t *t0, unsigned *iter) {
+    if ((++*iter & 63) != 0) {
+        cpu_relax();
+        return true;
+    }
+    const uint64_t now = nm_time_ns();
+    if (*t0 == 0) *t0 = now;
+    if (now - *t0 < POOL_SPIN_NS) return true;
+    if (now - *t0 < POOL_SPIN_NS + POOL_YIELD_NS) {
+        sched_yield();
+        return true;
+    }
+    return false;
+}
+
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     struct pool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
-        unsigned gen;
-        int spins = 0;
+        unsigned gen, iter = 0;
+        uint64_t t0 = 0;
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-            if (++spins < POOL_SPIN_ITERS) {
-                cpu_relax();
-                continue;
-            }
+            if (wait_step(&t0, &iter)) continue;
             pthread_mutex_lock(&p->mu);
             while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
                    !atomic_load_explicit(&p->stop, memory_order_acquire))
                 pthread_cond_wait(&p->cv_work, &p->mu);
             pthread_mutex_unlock(&p->mu);
-            spins = 0;
+            t0 = 0;
         }
         seen = gen;
         p->fn(p->ctx, w->ith, p->n);
@@ -129,11 +146,10 @@ void pool_run(struct pool *p, pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
-    int spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-        if (++spins < POOL_SPIN_ITERS) cpu_relax();
-        else sched_yield();
-    }
+    unsigned iter = 0;
+    uint64_t t0 = 0;
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
+        if (!wait_step(&t0, &iter)) sched_yield(); /* workers are running their share: keep yielding */
 }
 
 void pool_split(long n, long align, int ith, int nth, long *lo, long *hi) {

@@ -1,0 +1,94 @@
+/* The AVX-512 attention against op_attention_head_ref: f16 and f32 caches, head sizes with
+ * tails (64, 128, 80, 40, 256, K and V sizes that differ), 1 to 1000 positions, strides wider
+ * than a head (several KV heads per position), large score ranges (softmax saturation), guard
+ * bytes around the output, NaN/inf checks. Tolerance, relative to the output's largest
+ * magnitude: 2e-6 (the polynomial exp, < 2e-7, and the f32 sums of V in another order) plus the
+ * scores' own rounding, which exp turns into a relative error: a score summed in f32 in another
+ * order differs by up to about 8 eps * B, B = scale * max_t sum_i |q_i k_ti|. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+#include "cpu.h"
+#include "ops.h"
+#include "x86-avx512/attn.h"
+
+#define GUARD 16
+#define TOL 2e-6
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static int check(enum dtype t, int64_t hd, int64_t hdv, int64_t n, int64_t heads, float spread) {
+    const int64_t ks = heads * hd, vs = heads * hdv, h = heads - 1; /* read the last head */
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    uint8_t *k = malloc((size_t)(n * ks) * es), *v = malloc((size_t)(n * vs) * es);
+    float *q = malloc((size_t)hd * 4), *row = malloc((size_t)NM_MAX(ks, vs) * 4);
+    float *want = malloc((size_t)hdv * 4), *got = malloc((size_t)(hdv + 2 * GUARD) * 4);
+    float *s1 = malloc((size_t)n * 4), *s2 = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < hd; i++) q[i] = frand() * spread;
+    for (int64_t p = 0; p < n; p++) {
+        for (int64_t i = 0; i < ks; i++) row[i] = frand();
+        op_store_kv(k + (size_t)(p * ks) * es, row, ks, t);
+        for (int64_t i = 0; i < vs; i++) row[i] = frand() * 3;
+        op_store_kv(v + (size_t)(p * vs) * es, row, vs, t);
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    double bound = 0; /* B above */
+    for (int64_t p = 0; p < n; p++) {
+        double a = 0;
+        for (int64_t i = 0; i < hd; i++) {
+            const uint8_t *kp = k + (size_t)(p * ks + h * hd + i) * es;
+            const float kv = t == DTYPE_F16 ? fp16_to_fp32(*(const uint16_t *)kp) : *(const float *)kp;
+            a += fabs((double)q[i] * kv);
+        }
+        bound = fmax(bound, a * scale);
+    }
+    const double tol = TOL + 8 * 5.96e-8 * bound;
+    const uint8_t *k0 = k + (size_t)(h * hd) * es, *v0 = v + (size_t)(h * hdv) * es;
+    op_attention_head_ref(want, q, k0, v0, t, n, ks, vs, hd, hdv, scale, s1);
+    for (int i = 0; i < hdv + 2 * GUARD; i++) got[i] = 12345.0f;
+    attn_head_avx512(got + GUARD, q, k0, v0, t, n, ks, vs, hd, hdv, scale, s2);
+    double mag = 0, err = 0;
+    int bad = 0;
+    for (int64_t i = 0; i < hdv; i++) {
+        mag = fmax(mag, fabs(want[i]));
+        err = fmax(err, fabs((double)got[GUARD + i] - want[i]));
+        if (!isfinite(got[GUARD + i])) bad = 1;
+    }
+    for (int i = 0; i < GUARD; i++)
+        if (got[i] != 12345.0f || got[GUARD + hdv + i] != 12345.0f) bad = 2;
+    const int fail = bad || err > tol * mag;
+    if (fail)
+        printf("FAIL %s hd=%lld hdv=%lld n=%lld heads=%lld spread=%g: err %.3e of %.3e (tol %.1e)%s\n"
+               "  repro: ctest -R test_attention --output-on-failure\n",
+               t == DTYPE_F16 ? "f16" : "f32", (long long)hd, (long long)hdv, (long long)n, (long long)heads, spread,
+               err, mag, tol, bad == 1 ? " (non-finite)" : bad == 2 ? " (guard bytes overwritten)" : "");
+    free(k), free(v), free(q), free(row), free(want), free(got), free(s1), free(s2);
+    return fail;
+}
+
+int main(void) {
+    if (strcmp(kern_isa_get()->name, "avx512") != 0) {
+        printf("SKIP: this CPU (or NM_ISA) does not run the AVX-512 path\n");
+        return 77;
+    }
+    const int64_t hds[][2] = {{64, 64}, {128, 128}, {80, 80}, {40, 40}, {256, 256}, {128, 64}, {64, 96}};
+    const int64_t ns[] = {1, 2, 15, 16, 17, 33, 300, 1000};
+    int fails = 0, cases = 0;
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < NM_ARRAY_LEN(hds); i++)
+            for (size_t j = 0; j < NM_ARRAY_LEN(ns); j++)
+                for (int heads = 1; heads <= 3; heads += 2)
+                    for (int s = 0; s < 2; s++, cases++)
+                        fails += check(t ? DTYPE_F32 : DTYPE_F16, hds[i][0], hds[i][1], ns[j], heads, s ? 30.0f : 1.0f);
+    printf("%s: test_attention: %d cases, %d failures\n", fails ? "FAIL" : "PASS", cases, fails);
+    return fails ? 1 : 0;
+}
