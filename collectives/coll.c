@@ -10,7 +10,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum { COLL_MAX_LIVE = 8 };
+enum { COLL_MAX_LIVE = 16 }; /* the benchmark opens one per column */
 /* Instances alive in this process, so the fatal hook can tell their peers (abort_notify). */
 static struct coll *g_live[COLL_MAX_LIVE];
 
@@ -148,7 +148,10 @@ struct coll *coll_init(const struct coll_options *opt) {
                 (size_t)(coll_env_double("NM_COLL_SHM_SLOT_KB", slot_kb, 4, 1 << 20) * 1024);
             size_t oneshot =
                 (size_t)(coll_env_double("NM_COLL_SHM_ONESHOT_KB", oneshot_kb, 0, 1 << 20) * 1024);
-            if (coll_shm_init(c, slot, oneshot)) {
+            const char *hints_env = getenv("NM_COLL_SHM_HINTS");
+            const char *hints_str = hints_env && *hints_env ? hints_env : opt->shm_hints;
+            unsigned hints = hints_str ? coll_shm_hints_parse(hints_str) : COLL_SHM_HINTS_DEFAULT;
+            if (coll_shm_init(c, slot, oneshot, hints)) {
                 why = want == COLL_TRANSPORT_SHM ? "requested" : "all ranks on one host";
             } else if (want == COLL_TRANSPORT_SHM || opt->strict) {
                 nm_fatal("collectives: the shared-memory transport could not be set up (see "
@@ -225,14 +228,21 @@ void coll_allreduce_sum_f32(struct coll *c, const float *in, float *out, size_t 
     if (!n) return;
     NM_ASSERT(in && out && n <= SIZE_MAX / sizeof(float));
     NM_ASSERT(in == out || !coll_overlap(in, n * sizeof(float), out, n * sizeof(float)));
-    c->ops->allreduce_sum(c, in, false, out, n);
+    c->ops->allreduce_sum(c, in, COLL_DTYPE_F32, out, n);
+}
+
+void coll_allreduce_sum_f64(struct coll *c, const double *in, double *out, size_t n) {
+    if (!n) return;
+    NM_ASSERT(in && out && n <= SIZE_MAX / sizeof(double));
+    NM_ASSERT(in == out || !coll_overlap(in, n * sizeof(double), out, n * sizeof(double)));
+    c->ops->allreduce_sum(c, in, COLL_DTYPE_F64, out, n);
 }
 
 void coll_allreduce_sum_bf16_to_f32(struct coll *c, const uint16_t *in, float *out, size_t n) {
     if (!n) return;
     NM_ASSERT(in && out && n <= SIZE_MAX / sizeof(float));
     NM_ASSERT(!coll_overlap(in, n * sizeof(uint16_t), out, n * sizeof(float)));
-    c->ops->allreduce_sum(c, in, true, out, n);
+    c->ops->allreduce_sum(c, in, COLL_DTYPE_BF16, out, n);
 }
 
 void coll_allgatherv(struct coll *c, const void *in, const size_t *bytes, void *out) {

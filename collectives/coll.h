@@ -10,8 +10,9 @@
  * - Collective calls (everything except coll_send/coll_recv) must be made by every rank, in
  *   the same order, with the same sizes (and the same root); the shm transport checks the
  *   operation and size of every step it reads and stops the job naming both when they differ.
- * - Results are deterministic: a sum is folded in rank order, ((x0 + x1) + x2) + ..., in f32,
- *   so every rank ends with the same bits, on every run and with every transport.
+ * - Results are deterministic: a sum is folded in rank order, ((x0 + x1) + x2) + ..., in f32
+ *   (f64 for coll_allreduce_sum_f64), so every rank ends with the same bits, on every run and
+ *   with every transport.
  * - Failures do not return: a peer that died, or made no progress for the timeout
  *   (coll_options.timeout_s), or a failing MPI call ends the whole job through nm_fatal with a
  *   message naming the rank, and MPI_Abort when MPI is in use. A rank never exits alone.
@@ -44,6 +45,13 @@ struct coll_options {
                                       one-shot, larger is reduce-scatter + allgather; default by
                                       rank count: 64 KiB for 2, 4 KiB for 3, 2 KiB for 4, 512 B
                                       for 8 (coll.c explains) */
+    const char *shm_hints;         /* env NM_COLL_SHM_HINTS: where the shm transport uses
+                                      non-temporal stores; "none" or names joined by '+' or
+                                      ',': nt-out (the output of allreduces of 32 MiB or more),
+                                      nt-slot-mid (the slots of allreduces of 2-32 KiB with 4 or
+                                      more ranks), nt-slot (every slot, for measurements);
+                                      NULL: nt-out+nt-slot-mid, which tests/bench/RESULTS.md
+                                      measured to help */
     bool strict;                   /* a downgrade (shm requested or possible but not set up,
                                       fell back to mpi) is fatal instead of a warning */
     bool quiet;                    /* no start-up line (benchmarks that open several) */
@@ -80,6 +88,12 @@ double coll_timeout(const struct coll *c);
 /* out[i] = in_0[i] + in_1[i] + ... + in_{size-1}[i], folded in rank order in f32. n elements
  * on every rank. in == out (in place) is allowed; other overlaps are not. */
 void coll_allreduce_sum_f32(struct coll *c, const float *in, float *out, size_t n);
+
+/* As coll_allreduce_sum_f32 in f64: out[i] = ((in_0[i] + in_1[i]) + ...) folded in rank order
+ * in double, the same bits on every rank and transport. n elements on every rank; in == out is
+ * allowed, other overlaps are not. The one-shot / reduce-scatter choice goes by bytes, so an
+ * f64 vector switches at half the element count of an f32 one. */
+void coll_allreduce_sum_f64(struct coll *c, const double *in, double *out, size_t n);
 
 /* As coll_allreduce_sum_f32, with bf16 inputs widened exactly to f32 and summed in f32: the
  * result is bit-identical to the f32 allreduce of the widened inputs. Half the bytes cross

@@ -21,14 +21,27 @@
 #define coll_cpu_relax() ((void)0)
 #endif
 
+/* What an allreduce sums: the input element type and the type it is summed in (= output). */
+enum coll_dtype {
+    COLL_DTYPE_F32,  /* f32 in, f32 sums */
+    COLL_DTYPE_BF16, /* bf16 in, widened exactly, f32 sums */
+    COLL_DTYPE_F64,  /* f64 in, f64 sums */
+};
+static inline size_t coll_dtype_in_bytes(enum coll_dtype dt) {
+    return dt == COLL_DTYPE_F64 ? 8 : dt == COLL_DTYPE_BF16 ? 2 : 4;
+}
+static inline size_t coll_dtype_out_bytes(enum coll_dtype dt) {
+    return dt == COLL_DTYPE_F64 ? 8 : 4;
+}
+
 /* A transport: one table per kind, filled with designated initializers. The public functions
  * in coll.c check arguments and handle n == 0, so a slot never sees a zero-length call except
  * barrier and send/recv of 0 bytes. */
 struct coll_ops {
     const char *name; /* printed at start-up, returned by coll_transport_name */
-    /* out[i] = sum over ranks in rank order of in_r[i] widened to f32; in is f32, or bf16 when
-     * in_bf16. For f32, in == out is allowed. */
-    void (*allreduce_sum)(struct coll *c, const void *in, bool in_bf16, float *out, size_t n);
+    /* out[i] = sum over ranks in rank order of in_r[i], in the element types of dt (bf16 is
+     * widened to f32). For f32 and f64, in == out is allowed. */
+    void (*allreduce_sum)(struct coll *c, const void *in, enum coll_dtype dt, void *out, size_t n);
     /* bytes[size] per rank, total their sum (> 0); out packed in rank order; in may be this
      * rank's place in out. */
     void (*allgatherv)(struct coll *c, const void *in, const size_t *bytes, size_t total,
@@ -54,11 +67,11 @@ struct coll {
     size_t *counts;      /* [size] scratch: coll_allgather's equal counts */
     void *impl;          /* transport state */
     bool uses_mpi;       /* holds a reference on MPI (see coll_mpi_ref/unref) */
-    char detail[192];    /* transport facts for the start-up line (placement, thresholds) */
+    char detail[256];    /* transport facts for the start-up line (placement, thresholds) */
 };
 
 /* The largest segment coll_segment makes: an equal share of n elements over R ranks, rounded
- * up to whole 64-byte lines of f32. */
+ * up to 16 elements (whole 64-byte lines of f32, 128-byte line pairs of f64). */
 enum { COLL_SEG_ALIGN = 16 };
 static inline size_t coll_segment_max(size_t n, int R) {
     size_t per = (n + (size_t)R - 1) / (size_t)R;
@@ -88,7 +101,7 @@ extern const struct coll_ops coll_single_ops;
  * set up, so the caller may fall back to mpi. */
 void coll_single_init(struct coll *c);
 #ifdef NM_HAVE_MPI
-bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes);
+bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsigned hints);
 void coll_mpi_init(struct coll *c);
 /* MPI_COMM_WORLD facts for coll.c, which does not include mpi.h */
 void coll_mpi_ref(void);   /* MPI_Init_thread unless initialized; counts instances */
@@ -101,15 +114,55 @@ bool coll_mpi_active(void); /* initialized and not finalized */
 #endif
 
 /* Sum in rank order: out[i] = ((src[0][i] + src[1][i]) + ...) over nsrc sources of n elements,
- * f32 or bf16 (widened exactly). out may be identical to any source (same element index),
- * no other overlap. */
-void coll_reduce_sum(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+ * in the types of dt (bf16 widened exactly to f32). out may be identical to any source (same
+ * element index), no other overlap. */
+void coll_reduce_sum(void *out, const void *const *src, int nsrc, enum coll_dtype dt, size_t n);
 /* The plain-C twin of coll_reduce_sum, one element at a time: the test oracle. */
-void coll_reduce_sum_ref(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+void coll_reduce_sum_ref(void *out, const void *const *src, int nsrc, enum coll_dtype dt,
+                         size_t n);
 /* The baseline-ISA build of coll_reduce_sum (tests compare every build with the _ref). */
-void coll_reduce_sum_generic(float *out, const void *const *src, int nsrc, bool bf16, size_t n);
+void coll_reduce_sum_generic(void *out, const void *const *src, int nsrc, enum coll_dtype dt,
+                             size_t n);
 /* Which build coll_reduce_sum uses: "avx512" or "generic" (NM_ISA=ref forces generic). */
 const char *coll_reduce_isa(void);
+
+/* Cache hints of the shm transport: where non-temporal stores replace plain ones. A slot line
+ * written with plain stores is read by the peers straight from the writer's cache; with
+ * non-temporal stores it goes to memory without a read-for-ownership (no invalidation round
+ * trip to the peers that hold it from the last use) and the peers read it from there. Which is
+ * faster depends on the size and the rank count: tests/bench/RESULTS.md ("Cache hints")
+ * measured it, and the default below follows those measurements. A hint never changes what a
+ * reader sees: an sfence orders the non-temporal stores before the publishing release store. */
+enum coll_shm_hint {
+    COLL_SHM_HINT_NT_OUT = 1 << 0,      /* allreduce with COLL_SHM_NT_OUT_MIN output bytes or
+                                           more: the output is written with non-temporal stores
+                                           (lines about to be overwritten are not read first) */
+    COLL_SHM_HINT_NT_SLOT = 1 << 1,     /* every collective fills its slots with non-temporal
+                                           stores (all sizes: for measurements) */
+    COLL_SHM_HINT_NT_SLOT_MID = 1 << 2, /* allreduces of COLL_SHM_NT_SLOT_MIN..MAX input bytes
+                                           with COLL_SHM_NT_SLOT_RANKS ranks or more fill their
+                                           slots with non-temporal stores */
+};
+enum {
+    COLL_SHM_NT_OUT_MIN = 32 << 20,   /* 2-16 MiB: no gain; 32 and 64 MiB: 2-24% faster */
+    COLL_SHM_NT_SLOT_MIN = 2 << 10,   /* 1 KiB: -10% to +15%; 2-16 KiB: 3-26% faster */
+    COLL_SHM_NT_SLOT_MAX = 32 << 10,  /* 32 KiB: 1-22% faster; 64 KiB: -10% to +8% */
+    COLL_SHM_NT_SLOT_RANKS = 4,       /* 2 ranks: slower from 16 KiB on (3: not measured) */
+};
+/* The hints in force when neither coll_options.shm_hints nor NM_COLL_SHM_HINTS names any:
+ * those that measurably helped. */
+#define COLL_SHM_HINTS_DEFAULT ((unsigned)(COLL_SHM_HINT_NT_OUT | COLL_SHM_HINT_NT_SLOT_MID))
+/* Parses NM_COLL_SHM_HINTS syntax ("none", or names joined by '+' or ','); fatal on an unknown
+ * name, naming it and the allowed ones. */
+unsigned coll_shm_hints_parse(const char *s);
+/* "nt-out+nt-slot-mid" etc. into buf ("none" for 0). */
+void coll_shm_hints_str(unsigned hints, char *buf, size_t len);
+/* memcpy with non-temporal stores for the whole 64-byte lines of dst (plain stores for a partial
+ * first or last line; plain memcpy on architectures without them). The stores are weakly
+ * ordered: call coll_cache_stream_fence before anything else may read dst (another thread, or a
+ * release store that publishes it). */
+void coll_cache_copy_stream(void *dst, const void *src, size_t bytes);
+void coll_cache_stream_fence(void);
 
 /* Waiting. A wait spins with a pause first (the peer is usually microseconds away), then
  * yields the CPU, then sleeps with a growing interval (a rank that waits for more than 20 ms is

@@ -169,14 +169,15 @@ static void mpi_wait(struct coll *c, struct coll_mpi *m, const char *what) {
     m->nreq = 0;
 }
 
-static void mpi_allreduce_sum(struct coll *c, const void *in, bool in_bf16, float *out, size_t n) {
+static void mpi_allreduce_sum(struct coll *c, const void *in, enum coll_dtype dt, void *out,
+                              size_t n) {
     struct coll_mpi *m = c->impl;
     int R = c->size, me = c->rank;
-    size_t es = in_bf16 ? sizeof(uint16_t) : sizeof(float);
+    size_t es = coll_dtype_in_bytes(dt), os = coll_dtype_out_bytes(dt);
     const void **src = m->src;
     if (R == 1) {
         src[0] = in;
-        if (in_bf16 || in != out) coll_reduce_sum(out, src, 1, in_bf16, n);
+        if (dt == COLL_DTYPE_BF16 || in != out) coll_reduce_sum(out, src, 1, dt, n);
         return;
     }
     if (n * es <= COLL_MPI_GATHER_MAX) {
@@ -188,7 +189,7 @@ static void mpi_allreduce_sum(struct coll *c, const void *in, bool in_bf16, floa
             if (p != me) mpi_isend(c, m, m->comm, in, bytes, p, COLL_MPI_TAG);
         mpi_wait(c, m, "allreduce");
         for (int p = 0; p < R; p++) src[p] = p == me ? in : buf + (size_t)p * bytes;
-        coll_reduce_sum(out, src, R, in_bf16, n);
+        coll_reduce_sum(out, src, R, dt, n);
         return;
     }
     /* Reduce-scatter: rank p receives everyone's segment p and sums it. */
@@ -208,17 +209,18 @@ static void mpi_allreduce_sum(struct coll *c, const void *in, bool in_bf16, floa
     mpi_wait(c, m, "allreduce (reduce-scatter)");
     for (int p = 0; p < R; p++)
         src[p] = p == me ? (const char *)in + lo * es : buf + (size_t)p * seg_max * es;
-    coll_reduce_sum(out + lo, src, R, in_bf16, hi - lo); /* out + lo may be in + lo: allowed */
+    /* out + lo may be in + lo (in place): allowed */
+    coll_reduce_sum((char *)out + lo * os, src, R, dt, hi - lo);
     /* Allgather of the summed segments, straight into out. */
     for (int p = 0; p < R; p++) {
         size_t plo, phi;
         coll_segment(n, R, p, &plo, &phi);
         if (p != me && phi > plo)
-            mpi_irecv(m, m->comm, out + plo, (phi - plo) * sizeof(float), p, COLL_MPI_TAG);
+            mpi_irecv(m, m->comm, (char *)out + plo * os, (phi - plo) * os, p, COLL_MPI_TAG);
     }
     for (int p = 0; p < R; p++)
         if (p != me && hi > lo)
-            mpi_isend(c, m, m->comm, out + lo, (hi - lo) * sizeof(float), p, COLL_MPI_TAG);
+            mpi_isend(c, m, m->comm, (char *)out + lo * os, (hi - lo) * os, p, COLL_MPI_TAG);
     mpi_wait(c, m, "allreduce (allgather)");
 }
 

@@ -39,13 +39,28 @@
  * still exists (kill(pid, 0) and its /proc state, so a killed rank is seen in milliseconds), and
  * the timeout; any of these ends the job through nm_fatal, naming the rank.
  *
- * Algorithms (R ranks, N bytes, S = slot bytes): allreduce up to the one-shot size (coll.c
- * picks it per rank count): one step, every rank copies its input into its slot and sums its
- * own input and the peers' slots in rank order, reading (R-1)N from the peers. Larger: per
- * chunk of S bytes, a reduce-scatter step (every rank copies the chunk, less its own segment,
- * into its slot; rank p sums segment p of every rank into its other slot) and an allgather step
- * (every rank copies every summed segment out): two steps per chunk, 2N(R-1)/R read from the
- * peers. Allgather and broadcast move up to S bytes per rank per step. */
+ * Algorithms (R ranks, N input bytes, S = slot bytes): allreduce (f32, bf16 widened to f32, or
+ * f64; the choice goes by input bytes) up to the one-shot size (coll.c picks it per rank
+ * count): one step, every rank copies its input into its slot and sums its own input and the
+ * peers' slots in rank order, reading (R-1)N from the peers. Larger: per chunk of S bytes, a
+ * reduce-scatter step (every rank copies the chunk, less its own segment, into its slot; rank p
+ * sums segment p of every rank into its other slot) and an allgather step (every rank copies
+ * every summed segment out): two steps per chunk, 2N(R-1)/R read from the peers. Allgather and
+ * broadcast move up to S bytes per rank per step.
+ *
+ * Cache hints (coll_impl.h, enum coll_shm_hint; NM_COLL_SHM_HINTS). What bounds every size
+ * from a few KiB on is the rate at which lines written by one core reach another (about 6 GB/s
+ * per core on the 16-core Xeon of tests/bench/RESULTS.md, where memcpy within a core's caches
+ * runs at over 100 GB/s). By default, allreduces of 2-32 KiB with 4 or more ranks fill their
+ * slots with non-temporal stores (nt-slot-mid): the writer then skips the read-for-ownership
+ * of lines its peers still hold, and the peers read the lines from memory; measured up to 26%
+ * faster there, and slower for 2 ranks, for larger sizes and below 1 KiB. Allreduces of 32 MiB
+ * or more write their output with non-temporal stores (nt-out). An sfence precedes the release
+ * store that publishes non-temporal slot data (shm_publish), and ends an allreduce that wrote
+ * its output so. Tried and dropped, as measured there: CLDEMOTE of the slot lines after
+ * writing them (readers then fetch them from L3: 20-50% slower from 8 KiB on with 2 ranks),
+ * also of the lines a reader has read (slower still), or of the step counter alone (no gain),
+ * and software prefetch of a peer's slot (no gain). */
 #ifdef NM_HAVE_MPI
 #include "coll_impl.h"
 
@@ -78,12 +93,14 @@ enum shm_op {
     SHM_OP_ALLREDUCE_BF16,
     SHM_OP_ALLGATHERV,
     SHM_OP_BCAST,
+    SHM_OP_ALLREDUCE_F64,
 };
 static const char *const shm_op_names[] = {
     [SHM_OP_ALLREDUCE_F32] = "allreduce f32",
     [SHM_OP_ALLREDUCE_BF16] = "allreduce bf16",
     [SHM_OP_ALLGATHERV] = "allgather",
     [SHM_OP_BCAST] = "bcast",
+    [SHM_OP_ALLREDUCE_F64] = "allreduce f64",
 };
 
 struct shm_counter {
@@ -127,7 +144,7 @@ struct shm_region {
 struct coll_shm {
     struct shm_header *hdr;
     size_t seg_bytes;
-    size_t slot_bytes;      /* data bytes per collective slot (multiple of 64) */
+    size_t slot_bytes;      /* data bytes per collective slot (multiple of 128) */
     size_t oneshot_bytes;   /* allreduce up to this size is one-shot */
     struct shm_region *reg; /* [R] */
     uint64_t step;          /* last step this rank started */
@@ -135,6 +152,8 @@ struct coll_shm {
     uint64_t *p2p_ntaken;   /* [R] chunks taken from each peer */
     const void **src;       /* [R] sources of coll_reduce_sum */
     bool check_pids;        /* peers' pids are visible (same pid namespace) */
+    unsigned hints;         /* enum coll_shm_hint in force */
+    bool nt_pending;        /* non-temporal stores since the last publication */
 };
 
 static size_t shm_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -238,9 +257,25 @@ static char *shm_slot_acquire(struct coll *c, uint64_t k, uint64_t desc, const c
     return slot + SHM_SLOT_HDR;
 }
 
-/* Publishes step k: everything this rank wrote before is visible to a peer that sees it. */
+/* Fills [dst, dst+bytes) of this rank's slot from src: memcpy, or with nt (an nt-slot hint)
+ * non-temporal stores, which the next shm_publish fences. */
+static void shm_slot_fill(struct coll_shm *s, char *dst, const void *src, size_t bytes, bool nt) {
+    if (nt) {
+        coll_cache_copy_stream(dst, src, bytes);
+        s->nt_pending = true;
+    } else {
+        memcpy(dst, src, bytes);
+    }
+}
+
+/* Publishes step k: everything this rank wrote before is visible to a peer that sees it.
+ * Non-temporal stores are not ordered by a release store: they need the sfence first. */
 static void shm_publish(struct coll *c, uint64_t k) {
     struct coll_shm *s = c->impl;
+    if (s->nt_pending) {
+        coll_cache_stream_fence();
+        s->nt_pending = false;
+    }
     atomic_store_explicit(&s->reg[c->rank].step->v, k, memory_order_release);
 }
 
@@ -274,28 +309,30 @@ static const char *shm_slot_read(struct coll *c, int p, uint64_t k, uint64_t des
 
 /* ---- operations ------------------------------------------------------------------------- */
 
-static void shm_allreduce_oneshot(struct coll *c, const void *in, bool bf16, float *out, size_t n,
-                                  uint64_t desc) {
+static void shm_allreduce_oneshot(struct coll *c, const void *in, enum coll_dtype dt, void *out,
+                                  size_t n, uint64_t desc, bool nt_slot) {
     struct coll_shm *s = c->impl;
-    size_t bytes = n * (bf16 ? sizeof(uint16_t) : sizeof(float));
+    size_t bytes = n * coll_dtype_in_bytes(dt);
     uint64_t k = shm_step_next(s);
-    memcpy(shm_slot_acquire(c, k, desc, "allreduce"), in, bytes);
+    shm_slot_fill(s, shm_slot_acquire(c, k, desc, "allreduce"), in, bytes, nt_slot);
     shm_publish(c, k);
     for (int p = 0; p < c->size; p++)
         s->src[p] = p == c->rank ? in : shm_slot_read(c, p, k, desc, "allreduce");
-    coll_reduce_sum(out, s->src, c->size, bf16, n);
+    coll_reduce_sum(out, s->src, c->size, dt, n);
 }
 
 /* Reduce-scatter + allgather, one chunk of at most slot_bytes input per pair of steps. */
-static void shm_allreduce_chunked(struct coll *c, const void *in, bool bf16, float *out, size_t n,
-                                  uint64_t desc) {
+static void shm_allreduce_chunked(struct coll *c, const void *in, enum coll_dtype dt, void *out,
+                                  size_t n, uint64_t desc, bool nt_slot) {
     struct coll_shm *s = c->impl;
     int R = c->size, me = c->rank;
-    size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
-    /* Input elements per chunk: one slot of input, and each summed f32 segment must fit a
-     * slot too (only binds for bf16 input on one rank). */
-    size_t chunk = NM_MIN(s->slot_bytes / es, s->slot_bytes / sizeof(float) * (size_t)R);
-    NM_ASSERT(coll_segment_max(chunk, R) * sizeof(float) <= s->slot_bytes);
+    size_t es = coll_dtype_in_bytes(dt), os = coll_dtype_out_bytes(dt);
+    /* Input elements per chunk: one slot of input, and each summed segment must fit a slot
+     * too (only binds for bf16 input on one rank). */
+    size_t chunk = NM_MIN(s->slot_bytes / es, s->slot_bytes / os * (size_t)R);
+    NM_ASSERT(coll_segment_max(chunk, R) * os <= s->slot_bytes);
+    /* An output far larger than the caches: non-temporal stores skip reading it in first. */
+    bool nt_out = s->hints & COLL_SHM_HINT_NT_OUT && n * os >= COLL_SHM_NT_OUT_MIN;
     for (size_t off = 0; off < n; off += chunk) {
         size_t m = NM_MIN(chunk, n - off), lo, hi;
         const char *src = (const char *)in + off * es;
@@ -304,38 +341,60 @@ static void shm_allreduce_chunked(struct coll *c, const void *in, bool bf16, flo
          * reads (from in); sum segment `me` of every rank's chunk. */
         uint64_t k = shm_step_next(s);
         char *mine = shm_slot_acquire(c, k, desc, "allreduce (reduce-scatter)");
-        memcpy(mine, src, lo * es);
-        memcpy(mine + hi * es, src + hi * es, (m - hi) * es);
+        shm_slot_fill(s, mine, src, lo * es, nt_slot);
+        shm_slot_fill(s, mine + hi * es, src + hi * es, (m - hi) * es, nt_slot);
         shm_publish(c, k);
         for (int p = 0; p < R; p++)
             s->src[p] =
                 (p == me ? src : shm_slot_read(c, p, k, desc, "allreduce (reduce-scatter)")) +
                 lo * es;
         /* Step 2: publish the summed segment (R2 holds: every peer reached step k above);
-         * copy every rank's segment out. */
+         * copy every rank's segment out. With nt-slot the sum goes to out first (out + lo may
+         * be in + lo: allowed) and from there into the slot, without reading the slot. */
         uint64_t k2 = shm_step_next(s);
-        float *red = (float *)shm_slot_acquire(c, k2, desc, "allreduce (allgather)");
-        coll_reduce_sum(red, s->src, R, bf16, hi - lo);
+        char *red = shm_slot_acquire(c, k2, desc, "allreduce (allgather)");
+        char *out_mine = (char *)out + (off + lo) * os;
+        if (nt_slot) {
+            coll_reduce_sum(out_mine, s->src, R, dt, hi - lo);
+            shm_slot_fill(s, red, out_mine, (hi - lo) * os, true);
+        } else {
+            coll_reduce_sum(red, s->src, R, dt, hi - lo);
+        }
         shm_publish(c, k2);
         for (int i = 0; i < R; i++) {
             int p = (me + i) % R; /* own segment first: it is ready */
+            if (p == me && nt_slot) continue; /* already in out */
             size_t plo, phi;
             coll_segment(m, R, p, &plo, &phi);
-            const char *seg = p == me ? (const char *)red
+            const char *seg = p == me ? red
                                       : shm_slot_read(c, p, k2, desc, "allreduce (allgather)");
-            memcpy(out + off + plo, seg, (phi - plo) * sizeof(float));
+            char *dst = (char *)out + (off + plo) * os;
+            if (nt_out)
+                coll_cache_copy_stream(dst, seg, (phi - plo) * os);
+            else
+                memcpy(dst, seg, (phi - plo) * os);
         }
     }
+    if (nt_out) coll_cache_stream_fence(); /* out is complete before the caller sees it */
 }
 
-static void shm_allreduce_sum(struct coll *c, const void *in, bool bf16, float *out, size_t n) {
+static void shm_allreduce_sum(struct coll *c, const void *in, enum coll_dtype dt, void *out,
+                              size_t n) {
+    static const enum shm_op op[] = {
+        [COLL_DTYPE_F32] = SHM_OP_ALLREDUCE_F32,
+        [COLL_DTYPE_BF16] = SHM_OP_ALLREDUCE_BF16,
+        [COLL_DTYPE_F64] = SHM_OP_ALLREDUCE_F64,
+    };
     struct coll_shm *s = c->impl;
-    size_t es = bf16 ? sizeof(uint16_t) : sizeof(float);
-    uint64_t desc = shm_desc(bf16 ? SHM_OP_ALLREDUCE_BF16 : SHM_OP_ALLREDUCE_F32, 0, n * es);
-    if (n * es <= s->oneshot_bytes && n * es <= s->slot_bytes)
-        shm_allreduce_oneshot(c, in, bf16, out, n, desc);
+    size_t bytes = n * coll_dtype_in_bytes(dt);
+    uint64_t desc = shm_desc(op[dt], 0, bytes);
+    bool nt_slot = s->hints & COLL_SHM_HINT_NT_SLOT ||
+                   (s->hints & COLL_SHM_HINT_NT_SLOT_MID && c->size >= COLL_SHM_NT_SLOT_RANKS &&
+                    bytes >= COLL_SHM_NT_SLOT_MIN && bytes <= COLL_SHM_NT_SLOT_MAX);
+    if (bytes <= s->oneshot_bytes && bytes <= s->slot_bytes)
+        shm_allreduce_oneshot(c, in, dt, out, n, desc, nt_slot);
     else
-        shm_allreduce_chunked(c, in, bf16, out, n, desc);
+        shm_allreduce_chunked(c, in, dt, out, n, desc, nt_slot);
 }
 
 static void shm_allgatherv(struct coll *c, const void *in, const size_t *bytes, size_t total,
@@ -352,10 +411,9 @@ static void shm_allgatherv(struct coll *c, const void *in, const size_t *bytes, 
     if (in != dst_mine) memcpy(dst_mine, in, bytes[me]);
     for (size_t off = 0; off < most; off += S) {
         uint64_t k = shm_step_next(s);
-        if (bytes[me] > off) {
-            memcpy(shm_slot_acquire(c, k, desc, "allgather"), (const char *)in + off,
-                   NM_MIN(S, bytes[me] - off));
-        }
+        if (bytes[me] > off)
+            shm_slot_fill(s, shm_slot_acquire(c, k, desc, "allgather"), (const char *)in + off,
+                          NM_MIN(S, bytes[me] - off), s->hints & COLL_SHM_HINT_NT_SLOT);
         shm_publish(c, k);
         size_t at = 0;
         for (int p = 0; p < R; at += bytes[p], p++) {
@@ -373,7 +431,8 @@ static void shm_bcast(struct coll *c, void *buf, size_t bytes, int root) {
         size_t m = NM_MIN(s->slot_bytes, bytes - off);
         uint64_t k = shm_step_next(s);
         if (c->rank == root) {
-            memcpy(shm_slot_acquire(c, k, desc, "bcast"), (char *)buf + off, m);
+            shm_slot_fill(s, shm_slot_acquire(c, k, desc, "bcast"), (char *)buf + off, m,
+                          s->hints & COLL_SHM_HINT_NT_SLOT);
             shm_publish(c, k);
         } else {
             shm_publish(c, k); /* writes nothing, but lets the root reuse its slot (R2) */
@@ -474,7 +533,7 @@ static bool shm_all_ok(bool ok) {
     return !any;
 }
 
-bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes) {
+bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsigned hints) {
     int R = coll_mpi_world_size(), me = coll_mpi_world_rank();
     c->rank = me;
     c->size = R;
@@ -483,7 +542,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes) {
         if (!me) nm_log_warn("collectives: shm supports up to %d ranks, not %d", SHM_MAX_RANKS, R);
         return false;
     }
-    slot_bytes = shm_round_up(slot_bytes, 64);
+    slot_bytes = shm_round_up(slot_bytes, 128); /* whole 16-element segments of f64 */
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t hdr_bytes = shm_round_up(sizeof(struct shm_header) + sizeof(int32_t) * (size_t)R, page);
     size_t region_bytes = shm_region_bytes(R, slot_bytes);
@@ -561,6 +620,12 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes) {
 
     s->slot_bytes = slot_bytes;
     s->oneshot_bytes = oneshot_bytes;
+    s->hints = hints;
+    char hint_names[96];
+    coll_shm_hints_str(hints, hint_names, sizeof hint_names);
+    if (hints & COLL_SHM_HINT_NT_SLOT_MID && R < COLL_SHM_NT_SLOT_RANKS)
+        snprintf(hint_names + strlen(hint_names), sizeof hint_names - strlen(hint_names),
+                 " (nt-slot-mid idle below %d ranks)", COLL_SHM_NT_SLOT_RANKS);
     s->reg = nm_alloc(sizeof *s->reg * (size_t)R, 64, "shm transport");
     s->p2p_nsent = nm_alloc(sizeof(uint64_t) * (size_t)R, 64, "shm transport");
     s->p2p_ntaken = nm_alloc(sizeof(uint64_t) * (size_t)R, 64, "shm transport");
@@ -585,8 +650,9 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes) {
     else if (c->node >= 0)
         snprintf(where, sizeof where, "node %d", c->node);
     snprintf(c->detail, sizeof c->detail,
-             "segment %.1f MiB, 2 x %zu KiB slots on %s, one-shot allreduce up to %zu B",
-             (double)seg_bytes / (1 << 20), slot_bytes / 1024, where, oneshot_bytes);
+             "segment %.1f MiB, 2 x %zu KiB slots on %s, one-shot allreduce up to %zu B, cache "
+             "hints %s",
+             (double)seg_bytes / (1 << 20), slot_bytes / 1024, where, oneshot_bytes, hint_names);
     c->impl = s;
     c->ops = &coll_shm_ops;
     MPI_Barrier(MPI_COMM_WORLD);

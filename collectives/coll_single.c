@@ -5,12 +5,12 @@
 
 #include <string.h>
 
-static void single_allreduce_sum(struct coll *c, const void *in, bool in_bf16, float *out,
+static void single_allreduce_sum(struct coll *c, const void *in, enum coll_dtype dt, void *out,
                                  size_t n) {
-    if (in_bf16)
-        coll_reduce_sum(out, &in, 1, true, n); /* widen */
+    if (dt == COLL_DTYPE_BF16)
+        coll_reduce_sum(out, &in, 1, dt, n); /* widen */
     else if (in != out)
-        memcpy(out, in, n * sizeof(float));
+        memcpy(out, in, n * coll_dtype_out_bytes(dt));
 }
 
 static void single_allgatherv(struct coll *c, const void *in, const size_t *bytes, size_t total,

@@ -32,8 +32,8 @@ struct engine {
     float *v;        /* [n_batch][n_head_kv_l * head_dim_v] */
     float *att;      /* [n_batch][wo_k] attention output; columns outside the rank's heads stay 0 */
     float *proj;     /* [n_batch][n_embd] output of attn_output / ffn_down, summed over ranks */
-    double *part;    /* [n_batch][n_embd] this rank's row-parallel partial sums, exact in double */
-    double *parts;   /* [nranks][n_batch][n_embd] every rank's partials, summed in rank order */
+    double *part;    /* [n_batch][n_embd] row-parallel partial sums, exact in double, then their
+                        allreduce (folded in rank order) */
     struct kern_chunk *wo_chunks, *down_chunks; /* canonical chunks of the row-parallel matmuls */
     int n_wo_chunks, n_down_chunks;
     float *gate;     /* [n_batch][n_ff_l] */
@@ -83,8 +83,6 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     e->att = alloc_f32(B * e->wo_k, "att");
     e->proj = alloc_f32(B * c->n_embd, "proj");
     e->part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "row-parallel partials");
-    if (sh->nranks > 1)
-        e->parts = nm_alloc((size_t)(B * c->n_embd) * sizeof(double) * (size_t)sh->nranks, 64, "partials of all ranks");
     e->wo_chunks = calloc((size_t)NM_MAX(e->n_head_l, 1), sizeof *e->wo_chunks);
     e->down_chunks = calloc((size_t)(e->n_ff_l / SHARD_FF_CHUNK + 1), sizeof *e->down_chunks);
     NM_ASSERT(e->wo_chunks && e->down_chunks);
@@ -110,7 +108,6 @@ void engine_free(struct engine *e) {
     for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) nm_free(bufs[i]);
     nm_free(e->q8);
     nm_free(e->part);
-    nm_free(e->parts);
     free(e->wo_chunks);
     free(e->down_chunks);
     free(e);
@@ -141,22 +138,15 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
 
 /* A row-parallel matmul and its allreduce: out = sum over ranks of this rank's columns of W
  * times its slice of the input. Each rank's partial is a double sum of canonical chunks
- * (shard.h, "Exactness"); the partials are summed in rank order and rounded to f32 once, so
- * every rank count gives the same bits. */
+ * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
+ * is rounded to f32 once, so every rank count gives the same bits. */
 static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
                                     const struct kern_chunk *chunks, int n_chunks, float *out) {
     const int64_t n = (int64_t)in->m * w->n;
     kern_matmul_chunked_f64(e->pool, w, in, chunks, n_chunks, e->part, w->n);
     const uint64_t t0 = nm_time_ns();
-    const double *sum = e->part;
-    const int nr = coll_size(e->coll);
-    if (nr > 1) {
-        coll_allgather(e->coll, e->part, (size_t)n * sizeof(double), e->parts);
-        for (int r = 1; r < nr; r++)
-            for (int64_t i = 0; i < n; i++) e->parts[i] += e->parts[(int64_t)r * n + i];
-        sum = e->parts;
-    }
-    for (int64_t i = 0; i < n; i++) out[i] = (float)sum[i];
+    coll_allreduce_sum_f64(e->coll, e->part, e->part, (size_t)n);
+    for (int64_t i = 0; i < n; i++) out[i] = (float)e->part[i];
     e->coll_seconds += (double)(nm_time_ns() - t0) * 1e-9;
 }
 

@@ -7,10 +7,14 @@
  * Next to it: the speedup of each transport over MPI, its bandwidth (bytes / time) and memcpy's
  * bandwidth for the same size with every rank copying at once (the ceiling for large sizes).
  *
- * Usage: mpirun -np N [--bind-to core] bench_coll [-o allreduce|allgather|all]
- *        [-m MAX_BYTES] [-i ITER_SCALE] [-t shm,mpi]
+ * Usage: mpirun -np N [--bind-to core] bench_coll [-o OPS] [-b MIN_BYTES] [-m MAX_BYTES]
+ *        [-i ITER_SCALE] [-t shm,mpi]
+ * -o is a comma list of allreduce (f32), allreduce_f64, allgather, or all (the default: all
+ * three). Sizes are powers of two from MIN_BYTES (default 4) to MAX_BYTES (default 64 MiB).
  * -t lists the numallm transports to time (each becomes a column); shm:ONESHOT_KB[:SLOT_KB]
- * is the shm transport with other thresholds (shm:0 never uses the one-shot allreduce).
+ * is the shm transport with other thresholds (shm:0 never uses the one-shot allreduce), and a
+ * suffix /HINTS sets its cache hints (NM_COLL_SHM_HINTS syntax with '+': shm/none,
+ * shm:0/nt-slot).
  * Allgather sizes are bytes per rank (as OSU's), up to MAX_BYTES / N so that the gathered
  * buffer stays within MAX_BYTES. Not a test: timings are printed, never asserted. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
@@ -39,7 +43,7 @@ struct column {
 };
 
 static int g_rank, g_size;
-enum { BLOCKS = 5 }; /* timed blocks per size and column */
+enum { BLOCKS = 5, MAX_COLS = 16 }; /* timed blocks per size and column; columns */
 
 static void machine_facts(struct column *cols, int ncols) {
     char cpu[256] = "unknown";
@@ -94,7 +98,7 @@ static int iters_for(size_t bytes, double scale) {
     return it < 2 ? 2 : (int)it;
 }
 
-enum op { OP_ALLREDUCE, OP_ALLGATHER };
+enum op { OP_ALLREDUCE, OP_ALLREDUCE_F64, OP_ALLGATHER };
 
 /* One operation of size bytes (allreduce: the vector; allgather: per rank) on a column. */
 static void run_once(const struct column *col, enum op op, size_t bytes, void *in, void *out) {
@@ -102,12 +106,17 @@ static void run_once(const struct column *col, enum op op, size_t bytes, void *i
     case COL_TRANSPORT:
         if (op == OP_ALLREDUCE)
             coll_allreduce_sum_f32(col->c, in, out, bytes / sizeof(float));
+        else if (op == OP_ALLREDUCE_F64)
+            coll_allreduce_sum_f64(col->c, in, out, bytes / sizeof(double));
         else
             coll_allgather(col->c, in, bytes, out);
         break;
     case COL_MPI:
         if (op == OP_ALLREDUCE)
             MPI_Allreduce(in, out, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM,
+                          MPI_COMM_WORLD);
+        else if (op == OP_ALLREDUCE_F64)
+            MPI_Allreduce(in, out, (int)(bytes / sizeof(double)), MPI_DOUBLE, MPI_SUM,
                           MPI_COMM_WORLD);
         else
             MPI_Allgather(in, (int)bytes, MPI_BYTE, out, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
@@ -124,7 +133,7 @@ static void run_once(const struct column *col, enum op op, size_t bytes, void *i
 static void time_columns(const struct column *cols, int ncols, enum op op, size_t bytes, void *in,
                          void *out, int iters, double *t) {
     int per = iters / BLOCKS < 1 ? 1 : iters / BLOCKS, warmup = iters / 10 + 2;
-    double blk[8][BLOCKS];
+    double blk[MAX_COLS][BLOCKS];
     for (int i = 0; i < ncols; i++) {
         MPI_Barrier(MPI_COMM_WORLD);
         for (int w = 0; w < warmup; w++) run_once(&cols[i], op, bytes, in, out);
@@ -147,11 +156,15 @@ static void time_columns(const struct column *cols, int ncols, enum op op, size_
     }
 }
 
-static void bench_op(enum op op, struct column *cols, int ncols, size_t max_bytes, double scale) {
+static void bench_op(enum op op, struct column *cols, int ncols, size_t min_bytes,
+                     size_t max_bytes, double scale) {
     size_t top = op == OP_ALLGATHER ? max_bytes / (size_t)g_size : max_bytes;
     size_t out_bytes = op == OP_ALLGATHER ? top * (size_t)g_size : top;
     float *in = nm_alloc(top, 64, "bench input"), *out = nm_alloc(out_bytes, 64, "bench output");
-    for (size_t i = 0; i < top / sizeof(float); i++) in[i] = 1.0f;
+    if (op == OP_ALLREDUCE_F64)
+        for (size_t i = 0; i < top / sizeof(double); i++) ((double *)in)[i] = 1.0;
+    else
+        for (size_t i = 0; i < top / sizeof(float); i++) in[i] = 1.0f;
     memset(out, 1, out_bytes); /* fault every page in before timing */
     int mpi_col = -1;
     for (int i = 0; i < ncols; i++)
@@ -159,7 +172,9 @@ static void bench_op(enum op op, struct column *cols, int ncols, size_t max_byte
     if (!g_rank) {
         printf("\n# %s, %d ranks: latency in us (avg min max over ranks); speedup = MPI avg / "
                "transport avg; GB/s = size / avg time%s\n",
-               op == OP_ALLREDUCE ? "allreduce sum f32" : "allgather (size = bytes per rank)",
+               op == OP_ALLREDUCE       ? "allreduce sum f32"
+               : op == OP_ALLREDUCE_F64 ? "allreduce sum f64"
+                                        : "allgather (size = bytes per rank)",
                g_size, op == OP_ALLGATHER ? " (per-rank bytes)" : "");
         printf("%10s", "size(B)");
         for (int i = 0; i < ncols; i++)
@@ -168,9 +183,11 @@ static void bench_op(enum op op, struct column *cols, int ncols, size_t max_byte
             if (cols[i].kind == COL_TRANSPORT) printf(" | %4s x   GB/s", cols[i].name);
         printf(" | memcpy GB/s\n");
     }
-    for (size_t bytes = 4; bytes <= top; bytes *= 2) {
+    size_t first = op == OP_ALLREDUCE_F64 ? 8 : 4;
+    while (first < min_bytes) first *= 2;
+    for (size_t bytes = first; bytes <= top; bytes *= 2) {
         int iters = iters_for(bytes, scale);
-        double t[8], avg[8] = {0}, mn[8] = {0}, mx[8] = {0};
+        double t[MAX_COLS], avg[MAX_COLS] = {0}, mn[MAX_COLS] = {0}, mx[MAX_COLS] = {0};
         time_columns(cols, ncols, op, bytes, in, out, iters, t);
         for (int i = 0; i < ncols; i++) {
             double sum = 0;
@@ -199,20 +216,22 @@ static void bench_op(enum op op, struct column *cols, int ncols, size_t max_byte
 
 int main(int argc, char **argv) {
     const char *ops = "all", *transports = "shm,mpi";
-    size_t max_bytes = 64u << 20;
+    size_t max_bytes = 64u << 20, min_bytes = 4;
     double scale = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc)
             ops = argv[++i];
         else if (!strcmp(argv[i], "-m") && i + 1 < argc)
             max_bytes = (size_t)strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc)
+            min_bytes = (size_t)strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc)
             scale = atof(argv[++i]);
         else if (!strcmp(argv[i], "-t") && i + 1 < argc)
             transports = argv[++i];
         else
-            nm_fatal("usage: %s [-o allreduce|allgather|all] [-m MAX_BYTES] [-i ITER_SCALE] "
-                     "[-t shm,mpi]",
+            nm_fatal("usage: %s [-o allreduce,allreduce_f64,allgather|all] [-b MIN_BYTES] "
+                     "[-m MAX_BYTES] [-i ITER_SCALE] [-t shm[:ONESHOT_KB[:SLOT_KB]][/HINTS],mpi]",
                      argv[0]);
     }
     int inited = 0; /* launcher/bench_coll_main.c may call this with MPI already up */
@@ -224,14 +243,39 @@ int main(int argc, char **argv) {
         if (!g_rank) nm_log_warn("bench_coll: ignoring NM_COLL; -t chooses the transports");
         unsetenv("NM_COLL");
     }
-    struct column cols[8];
+    if (getenv("NM_COLL_SHM_HINTS")) {
+        if (!g_rank) nm_log_warn("bench_coll: ignoring NM_COLL_SHM_HINTS; -t shm/HINTS sets them");
+        unsetenv("NM_COLL_SHM_HINTS");
+    }
+    bool op_on[3] = {false, false, false};
+    {
+        static const char *const names[] = {"allreduce", "allreduce_f64", "allgather"};
+        char olist[128];
+        snprintf(olist, sizeof olist, "%s", ops);
+        for (char *save, *o = strtok_r(olist, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+            size_t k = 0;
+            for (; k < 3 && strcmp(o, names[k]); k++) {}
+            if (!strcmp(o, "all"))
+                op_on[0] = op_on[1] = op_on[2] = true;
+            else if (k < 3)
+                op_on[k] = true;
+            else
+                nm_fatal("bench_coll: -o %s: \"%s\" is not allreduce, allreduce_f64, allgather "
+                         "or all",
+                         ops, o);
+        }
+    }
+    struct column cols[MAX_COLS];
     int ncols = 0;
-    char list[128];
+    char list[512];
     snprintf(list, sizeof list, "%s", transports);
-    for (char *save, *t = strtok_r(list, ",", &save); t && ncols < 6;
+    for (char *save, *t = strtok_r(list, ",", &save); t && ncols < MAX_COLS - 2;
          t = strtok_r(NULL, ",", &save)) {
-        /* "shm:ONESHOT_KB[:SLOT_KB]" is the shm transport with other thresholds */
+        /* "shm:ONESHOT_KB[:SLOT_KB][/HINTS]" is the shm transport with other thresholds or
+         * cache hints */
         struct coll_options o = {.quiet = g_rank != 0};
+        char *slash = strchr(t, '/');
+        if (slash) o.shm_hints = slash + 1;
         unsigned oneshot_kb = 0, slot_kb = 0;
         if (!strncmp(t, "shm", 3) && sscanf(t, "shm:%u:%u", &oneshot_kb, &slot_kb) >= 1) {
             o.shm_oneshot_bytes = oneshot_kb ? (size_t)oneshot_kb << 10 : 1; /* 0: never */
@@ -246,8 +290,8 @@ int main(int argc, char **argv) {
     cols[ncols++] = (struct column){COL_MPI, NULL, "MPI"};
     cols[ncols++] = (struct column){COL_MEMCPY, NULL, "memcpy"};
     machine_facts(cols, ncols);
-    if (strcmp(ops, "allgather")) bench_op(OP_ALLREDUCE, cols, ncols, max_bytes, scale);
-    if (strcmp(ops, "allreduce")) bench_op(OP_ALLGATHER, cols, ncols, max_bytes, scale);
+    for (int k = 0; k < 3; k++)
+        if (op_on[k]) bench_op((enum op)k, cols, ncols, min_bytes, max_bytes, scale);
     for (int i = 0; i < ncols; i++)
         if (cols[i].kind == COL_TRANSPORT) coll_free(cols[i].c);
     if (!inited) MPI_Finalize();

@@ -1,6 +1,7 @@
 /* STREAM-like read bandwidth: sum a large float array (default 1 GiB, far more than the caches)
- * with 1 and 2 (or -t N) threads bound to cores, each summing its own contiguous part, which it
- * also first-touched (so on a multi-node machine the pages are local). One warm-up pass is
+ * with 1 and 2 (or -t N) threads bound to cores, each summing its own contiguous part (as 4
+ * concurrent streams), which it also first-touched (so on a multi-node machine the pages are
+ * local). One warm-up pass is
  * excluded; then N repetitions, reported as median / min / max GB/s (1 GB = 1e9 bytes).
  *
  *   bench_stream [-s MiB] [-r reps] [-t max_threads]
@@ -23,35 +24,48 @@ struct stream_job {
     int touch; /* 1: write the array (first touch), 0: sum it */
 };
 
+/* Each thread sums its part as 4 concurrent streams (its quarters), 2 accumulators each, the
+ * way a GEMV tile reads 4 weight rows at once: one sequential stream leaves bandwidth unused on
+ * cores whose prefetchers track several streams (measured: a 4-row F32 GEMV beat a one-stream
+ * sum by 30-40% on a Xeon). */
 __attribute__((target("avx512f"))) static double sum_avx512(const float *a, long n) {
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    long i = 0;
-    for (; i + 64 <= n; i += 64) {
-        s0 = _mm512_add_ps(s0, _mm512_loadu_ps(a + i));
-        s1 = _mm512_add_ps(s1, _mm512_loadu_ps(a + i + 16));
-        s2 = _mm512_add_ps(s2, _mm512_loadu_ps(a + i + 32));
-        s3 = _mm512_add_ps(s3, _mm512_loadu_ps(a + i + 48));
+    const long q = n / 4 / 32 * 32;
+    const float *p0 = a, *p1 = a + q, *p2 = a + 2 * q, *p3 = a + 3 * q;
+    __m512 s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm512_setzero_ps();
+    for (long i = 0; i < q; i += 32) {
+        s[0] = _mm512_add_ps(s[0], _mm512_loadu_ps(p0 + i));
+        s[1] = _mm512_add_ps(s[1], _mm512_loadu_ps(p0 + i + 16));
+        s[2] = _mm512_add_ps(s[2], _mm512_loadu_ps(p1 + i));
+        s[3] = _mm512_add_ps(s[3], _mm512_loadu_ps(p1 + i + 16));
+        s[4] = _mm512_add_ps(s[4], _mm512_loadu_ps(p2 + i));
+        s[5] = _mm512_add_ps(s[5], _mm512_loadu_ps(p2 + i + 16));
+        s[6] = _mm512_add_ps(s[6], _mm512_loadu_ps(p3 + i));
+        s[7] = _mm512_add_ps(s[7], _mm512_loadu_ps(p3 + i + 16));
     }
-    double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-    for (; i < n; i++) s += a[i];
-    return s;
+    for (int k = 1; k < 8; k++) s[0] = _mm512_add_ps(s[0], s[k]);
+    double sum = _mm512_reduce_add_ps(s[0]);
+    for (long i = 4 * q; i < n; i++) sum += a[i];
+    return sum;
 }
 
 __attribute__((target("avx2"))) static double sum_avx2(const float *a, long n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    long i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
-        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
-        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
-        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
-    }
+    const long q = n / 4 / 16 * 16;
+    const float *p[4] = {a, a + q, a + 2 * q, a + 3 * q};
+    __m256 s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_ps();
+    for (long i = 0; i < q; i += 16)
+        for (int k = 0; k < 4; k++) {
+            s[2 * k] = _mm256_add_ps(s[2 * k], _mm256_loadu_ps(p[k] + i));
+            s[2 * k + 1] = _mm256_add_ps(s[2 * k + 1], _mm256_loadu_ps(p[k] + i + 8));
+        }
+    for (int k = 1; k < 8; k++) s[0] = _mm256_add_ps(s[0], s[k]);
     float t[8];
-    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    double s = 0;
-    for (int j = 0; j < 8; j++) s += t[j];
-    for (; i < n; i++) s += a[i];
-    return s;
+    _mm256_storeu_ps(t, s[0]);
+    double sum = 0;
+    for (int j = 0; j < 8; j++) sum += t[j];
+    for (long i = 4 * q; i < n; i++) sum += a[i];
+    return sum;
 }
 
 static void stream_run(void *ctx, int ith, int nth) {

@@ -1,14 +1,16 @@
-/* Every collective operation of collectives/coll.h, every dtype, sizes from one element to
- * --max-mib (default 64 MiB) with odd sizes around every threshold of every transport, in place
- * and out of place, checked bit-exactly against values each rank computes on its own:
+/* Every collective operation of collectives/coll.h, every dtype (f32, bf16->f32, f64), sizes
+ * from one element to --max-mib (default 64 MiB) with odd sizes around every threshold of every
+ * transport, in place and out of place, checked bit-exactly against values each rank computes
+ * on its own:
  *   - an input element is a hash of (operation, rank, index), so any rank knows any input;
  *   - an allreduce result must equal the rank-order fold ((x0 + x1) + x2) ... computed here one
  *     element at a time, bit for bit (so all ranks hold the same bits, on every run);
  *   - outputs have guard bytes on both sides that must survive.
- * Run it plainly or under mpirun with NM_COLL=shm|mpi|auto; whenever the transport is single,
- * MPI must not have been initialized at the end. Also: many small collectives of every kind
- * back to back (slot reuse). Usage: test_coll [--max-mib N] [--min-mib N] [--expect T];
- * --min-mib N runs only the sizes of at least N MiB (the big-size ctest entries). */
+ * Run it plainly or under mpirun with NM_COLL=shm|mpi|auto (and NM_COLL_SHM_HINTS); whenever
+ * the transport is single, MPI must not have been initialized at the end. Also: many small
+ * collectives of every kind back to back (slot reuse). Usage: test_coll [--max-mib N]
+ * [--min-mib N] [--expect T]; --min-mib N runs only the sizes of at least N MiB (the big-size
+ * ctest entries). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +62,23 @@ static float gen_f32(uint32_t op, int rank, size_t i) {
     return f;
 }
 
+/* The same mix for doubles: exponents 2^-30 .. 2^33, zeros, denormals, rare infinities. */
+static double gen_f64(uint32_t op, int rank, size_t i) {
+    uint64_t h = gen_bits(op, rank, i), m = mix64(h) & 0xfffffffffffffull;
+    uint64_t kind = h & 63, sign = (h >> 6 & 1) << 63, u;
+    if (kind == 0)
+        u = sign; /* +-0 */
+    else if (kind == 1)
+        u = sign | m; /* denormal */
+    else if (kind == 2 && (h >> 40 & 15) == 0)
+        u = sign | 0x7ff0000000000000ull; /* +-inf, rarely */
+    else
+        u = sign | (uint64_t)(1023 - 30 + (int)(h >> 32 & 63)) << 52 | m;
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
 static uint16_t gen_bf16(uint32_t op, int rank, size_t i) {
     uint32_t u;
     float f = gen_f32(op, rank, i);
@@ -92,6 +111,15 @@ static float want_sum(uint32_t op, bool bf16, size_t i) {
     float s = 0;
     for (int r = 0; r < g_size; r++) {
         float x = bf16 ? widen_bf16(gen_bf16(op, r, i)) : gen_f32(op, r, i);
+        s = r ? s + x : x;
+    }
+    return s;
+}
+
+static double want_sum_f64(uint32_t op, size_t i) {
+    double s = 0;
+    for (int r = 0; r < g_size; r++) {
+        double x = gen_f64(op, r, i);
         s = r ? s + x : x;
     }
     return s;
@@ -137,11 +165,12 @@ static void check(const char *what, size_t size, const void *got, const void *wa
     const char *g = guards_broken(got, n * elem);
     if (bad < 0 && !g) return;
     if (bad >= 0) {
-        uint32_t gv = 0, wv = 0;
+        uint64_t gv = 0, wv = 0;
         memcpy(&gv, (const char *)got + (size_t)bad * elem, NM_MIN(elem, sizeof gv));
         memcpy(&wv, (const char *)want + (size_t)bad * elem, NM_MIN(elem, sizeof wv));
-        nm_log_error("FAIL %s, size %zu (%s): element %td of %zu is 0x%x, want 0x%x", what, size,
-                     coll_transport_name(g_c), bad, n, gv, wv);
+        nm_log_error("FAIL %s, size %zu (%s): element %td of %zu is 0x%llx, want 0x%llx", what,
+                     size, coll_transport_name(g_c), bad, n, (unsigned long long)gv,
+                     (unsigned long long)wv);
     } else {
         nm_log_error("FAIL %s, size %zu (%s): %s overwritten", what, size, coll_transport_name(g_c),
                      g);
@@ -192,6 +221,23 @@ static void test_allreduce(size_t n, uint32_t op) {
     guarded_free(in);
     guarded_free(out);
     guarded_free(in16);
+    nm_free(want);
+}
+
+static void test_allreduce_f64(size_t n, uint32_t op) {
+    size_t bytes = n * sizeof(double);
+    double *in = guarded_alloc(bytes), *out = guarded_alloc(bytes),
+           *want = nm_alloc(bytes, 64, "want");
+    for (size_t i = 0; i < n; i++) {
+        in[i] = gen_f64(op, g_rank, i);
+        want[i] = want_sum_f64(op, i);
+    }
+    coll_allreduce_sum_f64(g_c, in, out, n);
+    check("allreduce f64", n, out, want, n, sizeof(double));
+    coll_allreduce_sum_f64(g_c, in, in, n); /* in place */
+    check("allreduce f64 in place", n, in, want, n, sizeof(double));
+    guarded_free(in);
+    guarded_free(out);
     nm_free(want);
 }
 
@@ -290,19 +336,23 @@ int main(int argc, char **argv) {
         nm_fatal("transport is %s, expected %s; reproduce: %s", coll_transport_name(g_c), expect,
                  g_repro);
 
-    /* Element counts: small odd sizes, the one-shot thresholds (64 KiB = 16384 f32 or 32768
-     * bf16 for 2 ranks; 4 KiB, 2 KiB, 512 B for 3, 4, 8), the 1 MiB slot (262144 f32, 524288
-     * bf16), several chunks with a tail, and an odd size just under 64 MiB (16777216 - 3). */
+    /* Element counts: small odd sizes, the one-shot thresholds (64 KiB = 16384 f32, 32768
+     * bf16 or 8192 f64 for 2 ranks; 4 KiB, 2 KiB, 512 B for 3, 4, 8), the 1 MiB slot (262144
+     * f32, 524288 bf16, 131072 f64), several chunks with a tail, and odd sizes just under 64 MiB
+     * (16777216 - 3 f32, 8388608 - 3 f64). f32 and bf16 run the counts whose f32 bytes are in
+     * [--min-mib, --max-mib], f64 those whose f64 bytes are. */
     static const size_t counts[] = {
-        1,     2,      3,      5,      7,      15,     16,     17,       33,    100,
-        127,   128,    129,    255,    511,    512,    513,    1000,     1023,  1025,
-        4095,  4096,   4097,   8192,   16383,  16384,  16385,  32767,    32768, 32769,
-        65537, 262143, 262144, 262145, 524287, 524289, 786439, 16777213,
+        1,      2,      3,      5,      7,      15,     16,      17,      33,     64,
+        65,     100,    127,    128,    129,    255,    256,     257,     511,    512,
+        513,    1000,   1023,   1025,   4095,   4096,   4097,    8191,    8192,   8193,
+        16383,  16384,  16385,  32767,  32768,  32769,  65537,   131071,  131072, 131073,
+        262143, 262144, 262145, 524287, 524289, 786439, 8388605, 16777213,
     };
     uint32_t op = 100;
     for (size_t k = 0; k < NM_ARRAY_LEN(counts); k++, op += 16) {
         size_t n = counts[k];
-        double mib = (double)n * sizeof(float) / (1 << 20);
+        double mib = (double)n * sizeof(float) / (1 << 20), mib64 = 2 * mib;
+        if (mib64 <= max_mib && !(min_mib > 0 && mib64 < min_mib)) test_allreduce_f64(n, op + 9);
         if (mib > max_mib || (min_mib > 0 && mib < min_mib)) continue;
         test_allreduce(n, op);
         /* Byte operations: the same sizes in bytes, and the f32 byte count (bigger ones). */
@@ -318,6 +368,7 @@ int main(int argc, char **argv) {
     /* Many small collectives back to back: slot reuse across operations of every kind. */
     for (int it = 0; it < 200 && min_mib <= 0; it++, op++) {
         test_allreduce(1 + (size_t)it % 7, op);
+        test_allreduce_f64(1 + (size_t)it % 5, op + 1000);
         test_bcast(3, op, it % g_size);
         if (it % 3 == 0) coll_barrier(g_c);
     }

@@ -1,7 +1,8 @@
-# Collectives (collectives/): every operation, dtype and size from 1 element to 64 MiB, exact
-# results, for every transport with 1 to 4 ranks under mpirun (oversubscribed: CI has 2 cores);
-# jobs in which one rank dies, stalls or calls the wrong collective must end quickly with a
-# message naming it. The benchmark bench_coll is built here but is not a test.
+# Collectives (collectives/): every operation, dtype (f32, bf16->f32, f64) and size from 1
+# element to 64 MiB, exact results, for every transport with 1 to 4 ranks under mpirun
+# (oversubscribed: CI has 2 cores); jobs in which one rank dies, stalls or calls the wrong
+# collective must end quickly with a message naming it. The benchmark bench_coll is built here
+# but is not a test.
 nm_add_test(test_coll_reduce SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_coll_reduce.c
             LIBS nm_collectives LABELS collectives)
 # Without a launcher: the single transport, which must never initialize MPI.
@@ -52,6 +53,11 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   nm_coll_mpi_test(coll_np1_auto collectives 1 auto "" --max-mib 1 --expect single)
   nm_coll_mpi_test(coll_np3_auto_small_slots collectives 3 auto
                    "NM_COLL_SHM_SLOT_KB=4;NM_COLL_SHM_ONESHOT_KB=1" --max-mib 1 --expect shm)
+  # Non-temporal slot stores in every collective and size (the default uses them for mid-sized
+  # allreduces with 4 ranks or more only, which coll_np4_shm covers), small slots for many steps.
+  nm_coll_mpi_test(coll_np3_shm_nt_slot collectives 3 shm
+                   "NM_COLL_SHM_HINTS=nt-slot+nt-out;NM_COLL_SHM_SLOT_KB=4" --max-mib 1
+                   --expect shm)
 
   # nm_coll_fail_test(name ranks transport timeout mode victim max_s pattern mpirun-args...)
   # One rank fails: the job must end within the limit, naming the rank. Open MPI's mpirun
