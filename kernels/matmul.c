@@ -3,20 +3,18 @@
  * kern_matmul runs two pool jobs: the q8x quantization of the input (only when the weight type
  * needs it and the input's q8 copy is stale), then the product. The product splits the output
  * features n across threads (contiguous row ranges, so each thread streams its own part of the
- * weight once for m = 1). For m > 1 a thread walks its rows in cache blocks: a block of weight
- * rows (MM_W_BLOCK_BYTES) times a block of activation rows (MM_X_BLOCK_ROWS), and inside it the
- * ISA's gemm kernel keeps register tiles of weight rows x activation rows, so a weight byte read
- * from memory serves every token of the block while it stays in cache. */
+ * weight once for m = 1). For m > 1 a thread hands its rows to the ISA's gemm kernel one block
+ * of activation rows at a time (sized so the block stays in L2); the kernel walks its weight
+ * rows in L2-sized blocks and, inside, keeps register tiles of weight rows x activation rows,
+ * so a weight byte read from memory serves every token of the block while it stays in cache. */
 #include "matmul.h"
 
 #include "base.h"
 #include "cpu.h"
 
-/* Weight rows per cache block: about this many bytes, so the block stays in L2 while every
- * activation block passes over it. */
-#define MM_W_BLOCK_BYTES (192 * 1024)
-/* Activation rows per cache block. */
-#define MM_X_BLOCK_ROWS 64
+/* Activation rows per block: as many as fit in about MM_X_BLOCK_BYTES of q8x (the kernel's
+ * packed copy is as big), between 4 and 64 and a multiple of 4. */
+#define MM_X_BLOCK_BYTES (256 * 1024)
 /* Output rows per thread range are multiples of this: whole cache lines of y per thread and
  * whole register tiles. */
 #define MM_ROW_ALIGN 16
@@ -107,15 +105,12 @@ static void mm_rows(const struct mm_job *j, long lo, long hi) {
              j->y + lo, j->ldy);
         return;
     }
-    long wblock = (long)(MM_W_BLOCK_BYTES / w->row_bytes) / MM_ROW_ALIGN * MM_ROW_ALIGN;
-    if (wblock < MM_ROW_ALIGN) wblock = MM_ROW_ALIGN;
-    for (long r0 = lo; r0 < hi; r0 += wblock) {
-        const int nr = (int)NM_MIN(wblock, hi - r0);
-        for (int c0 = 0; c0 < m; c0 += MM_X_BLOCK_ROWS) {
-            const int nc = NM_MIN(MM_X_BLOCK_ROWS, m - c0);
-            gemm(w->k, wd + (size_t)r0 * w->row_bytes, w->row_bytes, nr, xa + (size_t)c0 * j->xs,
-                 j->xs, nc, j->y + (int64_t)c0 * j->ldy + r0, j->ldy);
-        }
+    const size_t act_bytes = (size_t)w->k * 5 / 4 + 1; /* q8x: 40 bytes per 32 values */
+    const int xblock = (int)NM_MAX(4, NM_MIN(64, MM_X_BLOCK_BYTES / act_bytes / 4 * 4));
+    for (int c0 = 0; c0 < m; c0 += xblock) {
+        const int nc = NM_MIN(xblock, m - c0);
+        gemm(w->k, wd + (size_t)lo * w->row_bytes, w->row_bytes, (int)(hi - lo),
+             xa + (size_t)c0 * j->xs, j->xs, nc, j->y + (int64_t)c0 * j->ldy + lo, j->ldy);
     }
 }
 

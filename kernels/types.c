@@ -76,28 +76,19 @@ static inline float f32_from_bits(uint32_t u) {
 
 /* Exact: every fp16 value is an fp32 value. Subnormals are normalized; inf stays inf; a NaN
  * keeps its sign and payload (shifted into the top of the fp32 mantissa) and comes out quiet,
- * like vcvtph2ps (and ggml's generic converter, whose float multiply quiets it). */
+ * like vcvtph2ps. Branch-free (hot: the attention reads the f16 KV cache through it), after
+ * ggml's generic converter (Maratea's fp16 library): a normal or inf/NaN input is rebiased with
+ * one exact float multiply by 2^-112 (which also quiets a NaN); a subnormal input m * 2^-24 is
+ * the float 0.5 * (1 + m * 2^-23) minus 0.5, also exact. Needs IEEE arithmetic without
+ * flush-to-zero, the C default. */
 float fp16_to_fp32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t mant = h & 0x3FFu;
-    uint32_t bits;
-    if (exp == 0x1F) {
-        bits = sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u);
-    } else if (exp != 0) {
-        bits = sign | ((exp + 112u) << 23) | (mant << 13); /* rebias 15 -> 127 */
-    } else if (mant == 0) {
-        bits = sign;
-    } else {
-        /* Subnormal: value = mant * 2^-24. Shift the leading 1 up to bit 10. */
-        int e = -1;
-        do {
-            mant <<= 1;
-            e++;
-        } while ((mant & 0x400u) == 0);
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((mant & 0x3FFu) << 13);
-    }
-    return f32_from_bits(bits);
+    const uint32_t w = (uint32_t)h << 16;
+    const uint32_t sign = w & 0x80000000u;
+    const uint32_t two_w = w + w; /* exponent and mantissa, sign shifted out */
+    const float normalized = f32_from_bits((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+    const float denormalized = f32_from_bits((two_w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t bits = two_w < (1u << 27) ? f32_bits(denormalized) : f32_bits(normalized);
+    return f32_from_bits(sign | bits);
 }
 
 /* Round to nearest even, as vcvtps2ph with imm 0 (ggml's GGML_FP32_TO_FP16 on x86): overflow

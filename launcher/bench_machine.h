@@ -28,7 +28,7 @@ struct bench_machine {
     int n_nodes;         /* nodes with cores */
     struct bench_node nodes[64];
     int n_gpus;
-    char gpus[8][160];   /* "NVIDIA H100 80GB HBM3 (10de:2330) at 0000:17:00.0, node 0" */
+    char gpus[8][256];   /* "NVIDIA H100 80GB HBM3 (10de:2330) at 0000:17:00.0, node 0" */
     char gpu_names[512]; /* llama-bench's gpu_info: names joined with ", " ("" without GPUs) */
     char mpi[128];       /* first line of `mpirun --version`, "" when there is none */
     size_t bw_bytes;     /* array size of the bandwidth measurement */

@@ -6,6 +6,11 @@
 
 enum fkind { FK_F32, FK_F16, FK_BF16 };
 
+/* Software prefetch distance in each weight row (see dot_q.c; rows are contiguous). */
+#ifndef F_PREFETCH_BYTES
+#define F_PREFETCH_BYTES 4096
+#endif
+
 NM_INLINE __m512 f_load_w(const enum fkind kind, const uint8_t *row, int64_t j, __mmask16 m) {
     switch (kind) {
     case FK_F32: return _mm512_maskz_loadu_ps(m, (const float *)row + j);
@@ -23,7 +28,12 @@ NM_INLINE void f_step(const enum fkind kind, const int R, const int C, int64_t j
     __m512 a[NM_TILE_CMAX];
     NM_UNROLL for (int c = 0; c < C; c++) a[c] =
         _mm512_maskz_loadu_ps(m, (const float *)(x + (size_t)c * xs) + j);
+    const int esize = kind == FK_F32 ? 4 : 2;
     NM_UNROLL for (int r = 0; r < R; r++) {
+        /* one cache line of prefetch per 64 bytes of weights */
+        if (C == 1 && (esize == 4 || (j & 31) == 0))
+            _mm_prefetch((const char *)(w + (size_t)r * ws + (size_t)j * esize) + F_PREFETCH_BYTES,
+                         NM_PF_HINT);
         __m512 wv = f_load_w(kind, w + (size_t)r * ws, j, m);
         NM_UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_fmadd_ps(wv, a[c], acc[r][c]);
     }
@@ -54,9 +64,9 @@ NM_INLINE void bf16_tile(const int R, const int C, int64_t n, const uint8_t *w, 
     f_tile(FK_BF16, R, C, n, w, ws, x, xs, y, ldy);
 }
 
-NM_GEMM_DEFINE(f32, f32_tile, 4)
-NM_GEMM_DEFINE(f16, f16_tile, 4)
-NM_GEMM_DEFINE(bf16, bf16_tile, 4)
+NM_GEMM_DEFINE(f32, f32_tile, 4, 4, -1)
+NM_GEMM_DEFINE(f16, f16_tile, 4, 4, -1)
+NM_GEMM_DEFINE(bf16, bf16_tile, 4, 4, -1)
 
 void avx512_fill_f(struct kern_isa *t) {
     t->vec_dot[DTYPE_F32] = vec_dot_f32;

@@ -4,7 +4,8 @@
  * Every gemm kernel is one always-inline "tile" function tile(R, C, ...) that keeps R weight
  * rows x C activation rows of accumulators in registers and walks the whole row length once.
  * NM_GEMM_DEFINE instantiates it for R in {1, RT} and C in 1..CT and writes the gemm slot that
- * covers any nr x nc block with those tiles (the vec_dot slot is its 1 x 1 case). */
+ * covers any nr x nc block with those tiles (the vec_dot slot is its 1 x 1 case; it packs its
+ * one activation row on every call, so it is the slow way to use these kernels). */
 #ifndef NM_X86_AVX512_SIMD_H
 #define NM_X86_AVX512_SIMD_H
 
@@ -22,6 +23,18 @@
  * them survive after unrolling. */
 #define NM_TILE_RMAX 4
 #define NM_TILE_CMAX 4
+
+/* Prefetch (to L1) the cache lines of [p, p + bytes): weight bytes a few blocks ahead of the
+ * ones being read. Only the GEMV tiles (C = 1) do it: there the weights stream from DRAM once;
+ * a GEMM tile rereads its weights from L2 and needs L1 for the packed activations. */
+#ifndef NM_PF_HINT /* overridable for experiments; T1 (to L2) measured no better */
+#define NM_PF_HINT _MM_HINT_T0
+#endif
+NM_INLINE void nm_prefetch(const void *p, int bytes) {
+    const char *c = p;
+    for (int o = 0; o < bytes; o += 64) _mm_prefetch(c + o, NM_PF_HINT);
+    _mm_prefetch(c + bytes - 1, NM_PF_HINT);
+}
 
 /* Sum of the 16 float lanes. */
 NM_INLINE float hsum_ps(__m512 v) {
@@ -44,16 +57,54 @@ NM_INLINE float hsum_ps(__m512 v) {
 typedef void (*nm_tile_fn)(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
                            float *y, int64_t ldy);
 
+/* ---- packed activations ------------------------------------------------------------------
+ * Before the tiles of a gemm call run, its activation rows are repacked once from q8x blocks
+ * (40-byte structs) into struct-of-arrays rows in a per-thread scratch buffer:
+ *   qs[32 * nbp]  int8 codes, in the order the type's kernel consumes them (see nm_pack_order)
+ *   d[nbp]        float d of each block
+ *   sa[nbp]       float d * isum of each block
+ * with nbp = nb rounded up to 16 and zeros past nb. A zmm of codes is then one aligned load
+ * (a memory operand of vpdpbusd), and the scales of 16 blocks one vector load, instead of
+ * inserts and gathers repeated for every weight row. The pack is O(n) per activation row and
+ * serves every weight row of the call. */
+enum nm_pack_order {
+    NM_PACK_NATURAL,     /* blocks in order, 32 codes each (q8_0, q6_k) */
+    NM_PACK_QUAD_HALVES, /* per 4 blocks: first 16 codes of each, then the last 16 of each
+                          * (q4_0, q4_1: low nibbles of 4 blocks meet one zmm) */
+    NM_PACK_K4,          /* per 8 blocks: 0,2,1,3,4,6,5,7 (q4_k, q5_k nibble order) */
+};
+
+static inline int64_t nm_pack_nbp(int64_t n) { return (n / 32 + 15) / 16 * 16; }
+static inline size_t nm_pack_row_bytes(int64_t n) { return (size_t)nm_pack_nbp(n) * 40; }
+static inline const int8_t *nm_pack_qs(const uint8_t *row) { return (const int8_t *)row; }
+static inline const float *nm_pack_d(const uint8_t *row, int64_t nbp) {
+    return (const float *)(row + 32 * nbp);
+}
+static inline const float *nm_pack_sa(const uint8_t *row, int64_t nbp) {
+    return (const float *)(row + 36 * nbp);
+}
+
+/* Pack nc q8x rows of n values (x, xs bytes apart) into dst (rows ds bytes apart). */
+void nm_pack_act(enum nm_pack_order order, const uint8_t *x, size_t xs, int nc, int64_t n,
+                 uint8_t *dst, size_t ds);
+
+/* A 64-byte aligned buffer of at least `bytes`, owned by the calling thread and reused by its
+ * next call (freed when the thread exits). */
+void *nm_scratch(size_t bytes);
+
 /* Instantiate tile_fn (an NM_INLINE function with the signature
  * (int R, int C, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *y,
- * int64_t ldy)) as gemm_<name> and vec_dot_<name>. RT must be >= 2, CT in 1..4. */
+ * int64_t ldy)) for one R x C. */
 #define NM_TILE_INST(name, tile_fn, R, C)                                                   \
     static void name##_tile_##R##x##C(int64_t n, const uint8_t *w, size_t ws,               \
                                       const uint8_t *x, size_t xs, float *y, int64_t ldy) { \
         tile_fn(R, C, n, w, ws, x, xs, y, ldy);                                             \
     }
 
-#define NM_GEMM_DEFINE(name, tile_fn, RT)                                                   \
+/* gemm_<name> and vec_dot_<name> from tile_fn with RT x CT register tiles (RT >= 2, CT in
+ * 1..4; remainders use R = 1 and C < CT). pack: -1 for f32 activations, else the
+ * nm_pack_order of the kernel's packed activations. */
+#define NM_GEMM_DEFINE(name, tile_fn, RT, CT, pack)                                         \
     NM_TILE_INST(name, tile_fn, 1, 1)                                                       \
     NM_TILE_INST(name, tile_fn, 1, 2)                                                       \
     NM_TILE_INST(name, tile_fn, 1, 3)                                                       \
@@ -69,38 +120,49 @@ typedef void (*nm_tile_fn)(int64_t n, const uint8_t *w, size_t ws, const uint8_t
                                                  name##_tile_##RT##x4};                     \
     static void gemm_##name(int64_t n, const void *w, size_t ws, int nr, const void *x,     \
                             size_t xs, int nc, float *y, int64_t ldy) {                     \
-        nm_gemm_tiles(name##_tiles_1, name##_tiles_R, RT, n, w, ws, nr, x, xs, nc, y, ldy); \
+        nm_gemm_tiles(name##_tiles_1, name##_tiles_R, RT, CT, pack, n, w, ws, nr, x, xs, nc, \
+                      y, ldy);                                                              \
     }                                                                                       \
     static float vec_dot_##name(int64_t n, const void *w, const void *x) {                  \
         float y;                                                                            \
-        name##_tile_1x1(n, w, 0, x, 0, &y, 1);                                              \
+        gemm_##name(n, w, 0, 1, x, 0, 1, &y, 1);                                            \
         return y;                                                                           \
     }
 
-/* Cover an nr x nc block: CT = 4 activation rows at a time; RT weight rows at a time, the
- * remainder one row at a time. */
-NM_INLINE void nm_gemm_tiles(const nm_tile_fn *tiles_1, const nm_tile_fn *tiles_R, int RT,
-                             int64_t n, const void *w, size_t ws, int nr, const void *x,
-                             size_t xs, int nc, float *y, int64_t ldy) {
-    const uint8_t *wb = w, *xb = x;
-    for (int c0 = 0; c0 < nc; c0 += 4) {
-        const int cc = NM_MIN(4, nc - c0);
-        int r0 = 0;
-        for (; r0 + RT <= nr; r0 += RT)
-            tiles_R[cc](n, wb + (size_t)r0 * ws, ws, xb + (size_t)c0 * xs, xs, y + c0 * ldy + r0,
-                        ldy);
-        for (; r0 < nr; r0++)
-            tiles_1[cc](n, wb + (size_t)r0 * ws, ws, xb + (size_t)c0 * xs, xs, y + c0 * ldy + r0,
-                        ldy);
-    }
-}
+/* Weight rows per cache block of the gemm driver: about this many bytes, so the block stays in
+ * L2 while every activation column group passes over it. */
+#define NM_GEMM_W_BLOCK_BYTES (192 * 1024)
 
-/* Two q8x blocks as one zmm: qs of block 0 in bytes 0..31, block 1 in 32..63. With one == 1
- * only block 0 is read and the upper half is zero. */
-NM_INLINE __m512i act_load_pair(const block_q8x *a, int one) {
-    __m256i lo = _mm256_loadu_si256((const __m256i *)a[0].qs);
-    if (one) return _mm512_zextsi256_si512(lo);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)a[1].qs), 1);
+/* Cover an nr x nc block. The nc activation rows are packed once (unless pack < 0); then for
+ * each cache block of weight rows, every group of CT activation rows runs over it in register
+ * tiles: RT weight rows at a time, the remainder one row at a time. The caller keeps nc small
+ * enough that the packed rows stay in L2 (kern_matmul blocks the activation rows). */
+NM_INLINE void nm_gemm_tiles(const nm_tile_fn *tiles_1, const nm_tile_fn *tiles_R, int RT,
+                             int CT, int pack, int64_t n, const void *w, size_t ws, int nr,
+                             const void *x, size_t xs, int nc, float *y, int64_t ldy) {
+    const uint8_t *wb = w, *xp = x;
+    size_t xps = xs;
+    if (pack >= 0) {
+        xps = nm_pack_row_bytes(n);
+        uint8_t *buf = nm_scratch(xps * (size_t)nc);
+        nm_pack_act((enum nm_pack_order)pack, xp, xs, nc, n, buf, xps);
+        xp = buf;
+    }
+    int wblock = nr;
+    if (ws > 0 && (size_t)nr * ws > NM_GEMM_W_BLOCK_BYTES)
+        wblock = NM_MAX(RT, (int)(NM_GEMM_W_BLOCK_BYTES / ws) / RT * RT);
+    for (int r0 = 0; r0 < nr; r0 += wblock) {
+        const int r1 = NM_MIN(nr, r0 + wblock);
+        for (int c0 = 0; c0 < nc; c0 += CT) {
+            const int cc = NM_MIN(CT, nc - c0);
+            const uint8_t *xc = xp + (size_t)c0 * xps;
+            int r = r0;
+            for (; r + RT <= r1; r += RT)
+                tiles_R[cc](n, wb + (size_t)r * ws, ws, xc, xps, y + c0 * ldy + r, ldy);
+            for (; r < r1; r++)
+                tiles_1[cc](n, wb + (size_t)r * ws, ws, xc, xps, y + c0 * ldy + r, ldy);
+        }
+    }
 }
 
 #endif
