@@ -149,7 +149,14 @@ static int64_t local_candidates(struct sampler *s, const float *logits, int64_t 
     int64_t keep = n;
     if (p->temp <= 0) keep = 1;
     else if (p->top_k > 0 && p->top_k < n) keep = p->top_k;
-    if (keep < n) select_top(s->cands, n, keep); /* O(n): a full sort of 150k logits costs ~10 ms */
+    if (keep == 1) {
+        int64_t best = 0; /* greedy: one scan (ties: the lowest id, as everywhere) */
+        for (int64_t i = 1; i < n; i++)
+            if (cmp_cand_desc(&s->cands[i], &s->cands[best]) < 0) best = i;
+        s->cands[0] = s->cands[best];
+    } else if (keep < n) {
+        select_top(s->cands, n, keep); /* O(n): a full sort of 150k logits costs ~10 ms */
+    }
     for (int64_t i = 0; i < keep; i++) s->cands[i].p = 0;
     return keep;
 }
