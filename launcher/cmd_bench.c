@@ -329,12 +329,7 @@ static pid_t spawn(char *const argv[], const cpu_set_t *mask, int *out_fd) {
             close(fd[1]);
         }
         if (mask) sched_setaffinity(0, sizeof *mask, mask);
-        execvp(argv[0], argv);
-        const int e = errno;
-        fprintf(stderr, "error: cannot run %s: %s (%s)\n", argv[0], strerror(e),
-                e == ENOENT ? "install Open MPI (launcher/setup.sh) or name its mpirun in NUMALLM_MPIRUN; "
-                              "--ranks 1 runs in-process without it"
-                            : "check NUMALLM_MPIRUN");
+        launch_exec(argv);
         _exit(127);
     }
     if (out_fd) {

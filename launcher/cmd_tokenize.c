@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "gguf.h"
+#include "session.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
@@ -20,33 +21,6 @@ static void tokenize_usage(FILE *f) {
                "  --no-bos          add no BOS/EOS even where the model asks for them\n"
                "  --parse-special   control tokens written in the text (e.g. <|im_start|>) become their ids\n"
                "  --ids-only        print only the ids, as [id, id, ...]\n");
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) break;
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-        } else {
-            buf = nb;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
 }
 
 /* Print a piece between quotes: valid printable UTF-8 as is, everything else escaped. */
@@ -103,7 +77,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *text = NULL;
     size_t len;
     if (file) {
-        if (!(text = read_file(file, &len))) {
+        if (!(text = session_read_file(file, &len))) {
             fprintf(stderr, "error: cannot read '%s' (-f): %s\n", file, nm_strerror_errno());
             return 1;
         }

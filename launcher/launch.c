@@ -274,6 +274,15 @@ void launch_print_command(const struct launch_request *req, const struct plan *p
     launch_argv_free(argv);
 }
 
+void launch_exec(char *const *argv) {
+    execvp(argv[0], argv);
+    const int e = errno;
+    fprintf(stderr, "error: cannot run %s: %s (%s)\n", argv[0], strerror(e),
+            e == ENOENT ? "install Open MPI (launcher/setup.sh) or name its mpirun in NUMALLM_MPIRUN; "
+                          "--ranks 1 runs in-process without it"
+                        : "check NUMALLM_MPIRUN");
+}
+
 enum launch_mode launch_decide(const struct launch_request *req, struct launch_decision *d) {
     *d = (struct launch_decision){.rank = 0, .nranks = 1};
     const char *size = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
@@ -334,12 +343,7 @@ enum launch_mode launch_decide(const struct launch_request *req, struct launch_d
     fflush(stderr);
     fflush(stdout);
     free(line);
-    execvp(argv[0], argv);
-    const int e = errno;
-    fprintf(stderr, "error: cannot run %s: %s (%s)\n", argv[0], strerror(e),
-            e == ENOENT ? "install Open MPI (launcher/setup.sh) or name its mpirun in NUMALLM_MPIRUN; "
-                          "--ranks 1 runs in-process without it"
-                        : "check NUMALLM_MPIRUN");
+    launch_exec(argv);
     launch_argv_free(argv);
 out:
     plan_free(p);

@@ -91,6 +91,9 @@ enum nm_status launch_argv_build(const struct plan *p, const struct topo *t, con
                                  char ***out, char *err, size_t errlen);
 void launch_argv_free(char **argv);
 
+/* execvp the mpirun argv; returns only on failure, after printing what went wrong and a hint. */
+void launch_exec(char *const *argv);
+
 /* The argv as one shell-quoted line (malloc'ed), for printing and copying. */
 char *launch_argv_format(char *const *argv);
 

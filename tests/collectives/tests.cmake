@@ -16,18 +16,7 @@ target_link_libraries(test_coll_fail PRIVATE nm_collectives)
 add_executable(bench_coll ${CMAKE_SOURCE_DIR}/tests/bench/bench_coll.c)
 target_link_libraries(bench_coll PRIVATE nm_collectives)
 
-if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
-  set(NM_MPIRUN ${MPIEXEC_EXECUTABLE})
-  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version
-                  ERROR_VARIABLE _mpiexec_version)
-  if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
-    list(APPEND NM_MPIRUN --oversubscribe)
-    execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(_uid STREQUAL "0")
-      list(APPEND NM_MPIRUN --allow-run-as-root)
-    endif()
-  endif()
-  set(NM_MPIRUN ${NM_MPIRUN} CACHE INTERNAL "mpirun command line for tests")
+if(NM_MPIRUN)  # tests/tests.cmake: mpirun, oversubscribed, as root where needed
 
   # nm_coll_mpi_test(name labels ranks transport extra-env test_coll-args...)
   # Leak checking is off under mpirun: Open MPI's own allocations (some in components it has

@@ -49,9 +49,9 @@ nm_add_test(test_tok_synthetic SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tok_synthe
 nm_add_test(test_chat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_chat.c LIBS nm_rank LABELS tokenizer ARGS ${NM_TOK_DATA})
 
 # `numallm tokenize`, built alone from launcher/cmd_tokenize.c.
-add_executable(tok_cmd ${CMAKE_CURRENT_LIST_DIR}/tok_cmd_main.c ${CMAKE_SOURCE_DIR}/launcher/cmd_tokenize.c)
+add_executable(tok_cmd ${CMAKE_CURRENT_LIST_DIR}/tok_cmd_main.c)
 target_include_directories(tok_cmd PRIVATE ${CMAKE_SOURCE_DIR}/launcher)
-target_link_libraries(tok_cmd PRIVATE nm_rank)
+target_link_libraries(tok_cmd PRIVATE nm_launcher)
 nm_tok_test(test_tok_cmd_usage tok_cmd --bogus)
 set_tests_properties(test_tok_cmd_usage PROPERTIES WILL_FAIL TRUE)
 nm_tok_test(test_tok_cmd_missing_model tok_cmd -m ${CMAKE_CURRENT_BINARY_DIR}/no-such-model.gguf -p x)
