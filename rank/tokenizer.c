@@ -1514,7 +1514,7 @@ enum nm_status tok_init(struct tokenizer **out, const struct gguf_file *f, char 
     /* end of turn / message, fill-in-the-middle, end of generation (llama.cpp's text lists) */
     static const char *const eot_names[] = {"<|eot_id|>",  "<|im_end|>", "<|end|>",         "<end_of_turn>",
                                             "<|endoftext|>", "<|end_of_text|>", "<EOT>",    "_<EOT>",
-                                            "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+                                            ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
                                             "<end_of_utterance>"};
     static const char *const eom_names[] = {"<|eom_id|>"};
     static const char *const fim_pad_names[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>"};

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Build numallm and run the whole test suite: a Release build (-Werror) and an address +
-# undefined-behaviour sanitizer build, each under ctest. Installs missing packages first.
+# Build numallm and run the whole test suite: a Release build and an address +
+# undefined-behaviour sanitizer build, both with warnings as errors, each under ctest. Installs missing packages first.
 # Usage: tests/run.sh [extra ctest args, e.g. -L kernels]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 launcher/setup.sh --deps
 jobs=$(nproc)
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNM_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNM_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNM_SANITIZE=ON -DNM_WERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"
 
 status=0

@@ -23,7 +23,7 @@ static int failures;
 
 static void fill_logits(float *l, unsigned seed) {
     srand(seed);
-    for (int i = 0; i < NV; i++) l[i] = (float)rand() / RAND_MAX * 10.0f - 5.0f;
+    for (int i = 0; i < NV; i++) l[i] = (float)rand() / (float)RAND_MAX * 10.0f - 5.0f;
 }
 
 static int rank_of(const float *l, int id) {

@@ -72,12 +72,12 @@ static void spm_cases(const struct tokenizer *t) {
             a0 = find(t, "<0xA0>"), A = find(t, "A");
     {
         int32_t v[] = {f0, A};
-        const char *want[] = {"", "\xEF\xBF\xBD" "A", ""};
+        const char *want[] = {"", ("\xEF\xBF\xBD" "A"), ""};
         expect_stream(t, 0, v, 2, want, "F0 then A");
     }
     {
         int32_t v[] = {f0, x9f, A};
-        const char *want[] = {"", "", "\xEF\xBF\xBD" "A", ""};
+        const char *want[] = {"", "", ("\xEF\xBF\xBD" "A"), ""};
         expect_stream(t, 0, v, 3, want, "F0 9F then A (one U+FFFD for the maximal subpart)");
     }
     {
