@@ -93,6 +93,17 @@ static void mm_quant_job(void *ctx, int ith, int nth) {
     mm_quant_range(j, lo, hi);
 }
 
+void kern_act_quantize(struct pool *pool, struct act *x) {
+    if (x->q8_ready || x->m == 0) return;
+    NM_ASSERT(x->k % QK8X == 0 && x->q8 != NULL);
+    struct mm_job j = {.isa = kern_isa_get(), .x = x};
+    if (pool == NULL || (int64_t)x->m * x->k < MM_QUANT_INLINE_VALUES)
+        mm_quant_range(&j, 0, (long)x->m * (long)(x->k / QK8X));
+    else
+        pool_run(pool, mm_quant_job, &j);
+    x->q8_ready = true;
+}
+
 static void mm_rows(const struct mm_job *j, long lo, long hi) {
     const struct weight *w = j->w;
     const int m = j->x->m;
@@ -126,13 +137,7 @@ void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float
     if (x->m == 0 || w->n == 0) return;
     struct mm_job j = {.isa = kern_isa_get(), .w = w, .x = x, .y = y, .ldy = ldy};
     if (dtype_uses_q8x(w->type)) {
-        if (!x->q8_ready) {
-            if (pool == NULL || (int64_t)x->m * x->k < MM_QUANT_INLINE_VALUES)
-                mm_quant_range(&j, 0, (long)x->m * (long)(x->k / QK8X));
-            else
-                pool_run(pool, mm_quant_job, &j);
-            x->q8_ready = true;
-        }
+        kern_act_quantize(pool, x);
         j.xa = x->q8;
         j.xs = (size_t)(x->k / QK8X) * sizeof(block_q8x);
     } else {

@@ -47,6 +47,10 @@ size_t act_q8_bytes(int m, int64_t k);
 /* Call after writing new values into f32: the q8 copy is stale. */
 static inline void act_invalidate(struct act *a) { a->q8_ready = false; }
 
+/* Fill x->q8 from x->f32 (per 32 values, on the pool's threads) unless x->q8_ready; sets it.
+ * Every matmul that reads q8x activations calls this, so each input is quantized once. */
+void kern_act_quantize(struct pool *pool, struct act *x);
+
 /* y[i][j] = sum_k w[j][k] * x[i][k] for i < x->m, j < w->n; y is [m][n] row-major (row stride
  * ldy floats, ldy >= w->n). Uses every thread of the pool. Aborts (bug) on a layout or shape
  * mismatch. */

@@ -54,12 +54,7 @@ void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct a
     const bool q8 = dtype_uses_q8x(w->type);
     if (x->m == 0 || w->n == 0) return;
     const struct kern_isa *isa = kern_isa_get();
-    if (q8 && !x->q8_ready) {
-        /* Per row, the same quantization kern_matmul makes (per 32 values, independent of the
-         * rest of the row). */
-        for (int i = 0; i < x->m; i++) isa->quantize_act_q8x(x->f32 + (int64_t)i * x->k, x->q8 + (int64_t)i * (x->k / QK8X), x->k);
-        x->q8_ready = true;
-    }
+    if (q8) kern_act_quantize(pool, x);
     const uint8_t *base = q8 ? (const uint8_t *)x->q8 : (const uint8_t *)x->f32;
     const size_t row_stride = act_bytes(q8, x->k);
     const uint8_t **act = calloc((size_t)n_chunks + 1, sizeof *act);

@@ -702,6 +702,24 @@ static void merge_all(struct enc *e, void (*add)(struct enc *, int32_t, int32_t)
     }
 }
 
+/* Push the ids of the merged symbols 0, next, ...: a symbol that is a token gives its id; one
+ * that is not gives its single bytes through byte_tok (BPE: the bytes that are tokens, as
+ * llama.cpp does; SentencePiece: the <0xXX> byte-fallback tokens), skipping bytes with none. */
+static void emit_symbols(struct enc *e, size_t ns, const int32_t *byte_tok) {
+    for (int32_t i = ns ? 0 : -1; i >= 0; i = e->sym[i].next) {
+        const struct sym *s = &e->sym[i];
+        const int32_t id = map_find(e->t, e->buf + s->off, s->n);
+        if (id >= 0) {
+            out_push(e, id);
+            continue;
+        }
+        for (uint32_t j = 0; j < s->n; j++) {
+            const int32_t b = byte_tok[(uint8_t)e->buf[s->off + j]];
+            if (b >= 0) out_push(e, b);
+        }
+    }
+}
+
 /* Byte-level BPE of one pre-tokenized word w[0..n). */
 static void bpe_word(struct enc *e, const uint8_t *w, size_t n) {
     const struct tokenizer *t = e->t;
@@ -722,19 +740,7 @@ static void bpe_word(struct enc *e, const uint8_t *w, size_t n) {
     e->n_heap = 0;
     for (size_t i = 1; i < ns; i++) bpe_add(e, (int32_t)i - 1, (int32_t)i);
     merge_all(e, bpe_add);
-    for (int32_t i = ns ? 0 : -1; i >= 0; i = e->sym[i].next) {
-        const struct sym *s = &e->sym[i];
-        int32_t id = map_find(t, e->buf + s->off, s->n);
-        if (id >= 0) {
-            out_push(e, id);
-            continue;
-        }
-        /* not a token: its single bytes, where those are tokens (llama.cpp's fallback) */
-        for (uint32_t j = 0; j < s->n; j++) {
-            int32_t b = t->single_byte_tok[(uint8_t)e->buf[s->off + j]];
-            if (b >= 0) out_push(e, b);
-        }
-    }
+    emit_symbols(e, ns, t->single_byte_tok);
 }
 
 /* bpe_word through the word cache: the ids of a word depend on its bytes only. */
@@ -792,18 +798,7 @@ static void spm_segment(struct enc *e, size_t start, size_t end) {
     e->n_heap = 0;
     for (size_t i = 1; i < ns; i++) spm_add(e, (int32_t)i - 1, (int32_t)i);
     merge_all(e, spm_add);
-    for (int32_t i = ns ? 0 : -1; i >= 0; i = e->sym[i].next) {
-        const struct sym *s = &e->sym[i];
-        int32_t id = map_find(t, e->buf + s->off, s->n);
-        if (id >= 0) {
-            out_push(e, id);
-            continue;
-        }
-        for (uint32_t j = 0; j < s->n; j++) {
-            int32_t b = t->byte_tok[(uint8_t)e->buf[s->off + j]];
-            if (b >= 0) out_push(e, b);
-        }
-    }
+    emit_symbols(e, ns, t->byte_tok);
 }
 
 #define SPM_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's visible space */

@@ -5,17 +5,6 @@
 #include "chat.h"
 #include "tok_test_util.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            fprintf(stderr, "FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fputc('\n', stderr);                                                            \
-        }                                                                                   \
-    } while (0)
 
 static void expect_format(enum chat_template t, const struct chat_msg *m, size_t n, bool add, const char *want) {
     char err[512] = "", *out = NULL;

@@ -5,17 +5,6 @@
  * usage: test_tok_special DATA_DIR   (exit 77 without the data) */
 #include "tok_test_util.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            fprintf(stderr, "FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fputc('\n', stderr);                                                            \
-        }                                                                                   \
-    } while (0)
 
 static void expect_ids(const struct tokenizer *t, const char *text, bool add_special, bool parse_special,
                        const int32_t *want, size_t n_want, const char *what) {

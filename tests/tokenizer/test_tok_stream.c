@@ -7,17 +7,6 @@
 #include "tok_test_util.h"
 #include "unicode.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            fprintf(stderr, "FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fputc('\n', stderr);                                                            \
-        }                                                                                   \
-    } while (0)
 
 static bool valid_utf8(const char *s, size_t n) {
     for (size_t i = 0; i < n;) {

@@ -7,18 +7,8 @@
 #include "tok_test_util.h"
 #include "unicode.h"
 
-static int failures;
 static char dir[4096] = ".";
 
-#define CHECK(cond, ...)                                                                    \
-    do {                                                                                    \
-        if (!(cond)) {                                                                      \
-            failures++;                                                                     \
-            fprintf(stderr, "FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                   \
-            fputc('\n', stderr);                                                            \
-        }                                                                                   \
-    } while (0)
 
 /* A vocabulary under construction. */
 struct vocab {

@@ -1,5 +1,5 @@
-/* Helpers shared by the tokenizer tests: whole-file reads, loading a tokenizer from a GGUF path,
- * printing byte strings readably, a small deterministic PRNG. */
+/* Helpers shared by the tokenizer tests: a CHECK that counts failures, whole-file reads, loading
+ * a tokenizer from a GGUF path, printing byte strings readably, a small deterministic PRNG. */
 #ifndef NM_TOK_TEST_UTIL_H
 #define NM_TOK_TEST_UTIL_H
 
@@ -13,6 +13,19 @@
 #include "tokenizer.h"
 
 #define SKIP 77
+
+/* Failed CHECKs of this test program; main returns non-zero when it is not 0. */
+static int failures __attribute__((unused));
+
+#define CHECK(cond, ...)                                                                    \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            failures++;                                                                     \
+            fprintf(stderr, "FAIL: %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
+            fprintf(stderr, __VA_ARGS__);                                                   \
+            fputc('\n', stderr);                                                            \
+        }                                                                                   \
+    } while (0)
 
 /* The whole file, NUL-terminated (malloc'ed), or NULL. */
 static inline char *tt_read_file(const char *path, size_t *len) {
