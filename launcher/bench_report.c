@@ -42,7 +42,7 @@ void bench_row_finish(struct bench_row *r) {
     for (int i = 0; i < r->n_samples; i++) {
         const double ns = (double)(r->samples_ns[i] ? r->samples_ns[i] : 1);
         r->samples_ts[i] = 1e9 * tokens / ns;
-        r->samples_gbs[i] = (double)r->loaded_bytes * r->n_passes / ns;
+        r->samples_gbs[i] = (double)r->token_bytes * r->n_passes / ns;
     }
 }
 
@@ -92,7 +92,7 @@ static const struct field k_fields[] = {
     {"avg_ts", FT_FLOAT},          {"stddev_ts", FT_FLOAT},
     /* numallm */
     {"n_ranks", FT_INT},           {"isa", FT_STRING},         {"numa_nodes", FT_STRING},
-    {"loaded_bytes", FT_INT},      {"avg_gbs", FT_FLOAT},      {"stddev_gbs", FT_FLOAT},
+    {"token_bytes", FT_INT},      {"avg_gbs", FT_FLOAT},      {"stddev_gbs", FT_FLOAT},
     {"bw_gbs", FT_FLOAT},          {"scaling_eff", FT_FLOAT},
 };
 enum { N_FIELDS = sizeof k_fields / sizeof k_fields[0] };
@@ -150,7 +150,7 @@ static void row_values(const struct bench_row *r, const struct bench_env *e, str
     V("%d", r->n_ranks);
     V("%s", e->isa);
     V("%s", r->numa_nodes);
-    V("%llu", (unsigned long long)r->loaded_bytes);
+    V("%llu", (unsigned long long)r->token_bytes);
     V("%f", bench_row_avg_gbs(r));
     V("%f", sdev(r->samples_gbs, r->n_samples));
     if (r->bw_gbs > 0) V("%f", r->bw_gbs);

@@ -4,8 +4,9 @@
  *   n_ranks      CPU ranks of the job (MPI processes; 1 = in-process)
  *   isa          kernel path the ranks chose ("avx512", "ref")
  *   numa_nodes   NUMA nodes holding the ranks' weights ("0", "0,1")
- *   loaded_bytes weight bytes of all ranks together, each read once per forward pass
- *   avg_gbs, stddev_gbs  weight bytes read per second by all ranks (loaded_bytes x forward
+ *   token_bytes  weight bytes of all ranks together that one forward pass reads (all they hold
+ *                for a dense model; for MoE the experts the router picks, n_expert_used of n_expert)
+ *   avg_gbs, stddev_gbs  weight bytes read per second by all ranks (token_bytes x forward
  *                passes / time), mean and sample deviation over the repetitions
  *   bw_gbs       measured read bandwidth of those NUMA nodes (the ceiling); null when not measured
  *   scaling_eff  t/s / (n_ranks x t/s of the same test on 1 rank at the same threads per rank);
@@ -57,7 +58,7 @@ struct bench_row {
     uint64_t samples_ns[64];  /* one per repetition */
     double samples_ts[64];    /* 1e9 * (n_prompt + n_gen) / ns */
     double samples_gbs[64];
-    uint64_t loaded_bytes;    /* see the file comment */
+    uint64_t token_bytes;    /* see the file comment */
     int n_passes;             /* forward passes per repetition */
     char numa_nodes[64];
     double bw_gbs;            /* <= 0: not measured */

@@ -153,9 +153,10 @@ static void report(const struct session *s, const char *fmt, ...) {
     fflush(stdout);
 }
 
-/* Model facts and where the weights are: every rank's loaded bytes and node, summed/listed. */
+/* Model facts and where the weights are: every rank's bytes read per token (all it holds for a
+ * dense model; MoE: the chosen experts' share) and node, summed/listed. */
 static void report_info(struct session *s) {
-    uint64_t mine[2] = {s->m->loaded_bytes, (uint64_t)arena_node(s->m->arena)};
+    uint64_t mine[2] = {s->m->token_bytes, (uint64_t)arena_node(s->m->arena)};
     uint64_t *all = malloc((size_t)s->nranks * sizeof mine);
     NM_ASSERT(all);
     coll_allgather(s->coll, mine, sizeof mine, all);

@@ -4,14 +4,14 @@
  * runs the same tests in the same order with the same token ids; rank 0 times them between
  * barriers and reports on its stdout, one line per event, tab-separated:
  *
- *   #nmb info      MODEL_TYPE  MODEL_SIZE  N_PARAMS  LOADED_BYTES  NUMA_NODES  N_RANKS  ISA
+ *   #nmb info      MODEL_TYPE  MODEL_SIZE  N_PARAMS  TOKEN_BYTES  NUMA_NODES  N_RANKS  ISA
  *   #nmb progress  TEST  REP [DONE TOTAL] (REP -1: filling the KV cache to the test's depth,
  *                                          0: the warm-up, then 1..r; with DONE/TOTAL tokens of
  *                                          it, at most once a second during long ones)
  *   #nmb result    TEST  NS,NS,...        (one figure per repetition)
  *
- * LOADED_BYTES is the sum over ranks of the weight bytes each holds (model.loaded_bytes), each
- * read once per forward pass; NUMA_NODES the nodes holding them ("0,1"). TEST indexes the
+ * TOKEN_BYTES is the sum over ranks of the weight bytes one forward pass reads (model.token_bytes:
+ * all a rank holds, but only the chosen experts of a MoE model); NUMA_NODES the nodes holding them ("0,1"). TEST indexes the
  * --test flags in the order given. A failure is printed on stderr and the job exits with 1.
  *
  * Worker flags (all given by the orchestrator; -t comes last, from the launcher):

@@ -103,7 +103,7 @@ static void bench_usage(FILE *f) {
             "GPUs, MPI, build), then llama-bench's table with columns ranks, GB/s (weight bytes read per\n"
             "second by all ranks), bw GB/s (measured read bandwidth of the NUMA nodes holding the weights) and\n"
             "eff (t/s / (ranks x t/s of 1 rank), at equal threads per rank). json/jsonl/csv/sql carry\n"
-            "llama-bench's fields plus n_ranks, isa, numa_nodes, loaded_bytes, avg_gbs, stddev_gbs, bw_gbs and\n"
+            "llama-bench's fields plus n_ranks, isa, numa_nodes, token_bytes, avg_gbs, stddev_gbs, bw_gbs and\n"
             "scaling_eff; with a format other than md the machine facts go to stderr as '# ' lines.\n"
             "\n"
             "collectives options: --ranks LIST (default: the NUMA nodes, at least 2), --op allreduce|allgather|all,\n"
@@ -615,7 +615,7 @@ static void run_job(struct run *r, const struct job *j) {
             snprintf(base.model_type, sizeof base.model_type, "%s", fl[1]);
             base.model_size = strtoull(fl[2], NULL, 10);
             base.model_n_params = strtoull(fl[3], NULL, 10);
-            base.loaded_bytes = strtoull(fl[4], NULL, 10);
+            base.token_bytes = strtoull(fl[4], NULL, 10);
             snprintf(base.numa_nodes, sizeof base.numa_nodes, "%s", fl[5]);
             if (atoi(fl[6]) != j->n_ranks)
                 nm_log_warn("bench: the job reports %s ranks, %d were asked for", fl[6], j->n_ranks);

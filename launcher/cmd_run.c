@@ -211,8 +211,9 @@ static void print_summary(const struct gen *g, int n_prompt, double t_prompt, do
         nm_log_info("prompt eval %8.2f ms / %4d tokens (%8.2f ms per token, %8.2f tokens per second)", t_prompt * 1e3,
                     n_prompt, t_prompt * 1e3 / n_prompt, n_prompt / t_prompt);
     if (g->n_eval > 0) {
-        /* Each decode step reads every weight of this rank's shard once (the embedding: one row). */
-        const double bytes = (double)s->m->loaded_bytes, tps = g->n_eval / g->t_gen;
+        /* Each decode step reads every weight of this rank's shard once (the embedding: one row;
+         * MoE: the chosen experts only). */
+        const double bytes = (double)s->m->token_bytes, tps = g->n_eval / g->t_gen;
         nm_log_info("generation  %8.2f ms / %4d runs   (%8.2f ms per token, %8.2f tokens per second)",
                     g->t_gen * 1e3, g->n_eval, g->t_gen * 1e3 / g->n_eval, tps);
         nm_log_info("generation reads %.1f MiB of weights per token per rank: %.2f GB/s per rank", bytes / (1 << 20),

@@ -39,6 +39,14 @@ struct engine {
     float *gate;     /* [n_batch][n_ff_l] */
     float *up;       /* [n_batch][n_ff_l] */
     float *rope;     /* [n_batch][n_rot] cos/sin pairs per token */
+    /* qwen3moe: router output and each expert's batch of tokens (gathered rows). */
+    float *router;   /* [n_batch][n_expert] router logits */
+    int32_t *exp_tok;  /* [n_expert][n_batch] tokens routed to each expert, ascending */
+    float *exp_w;      /* [n_expert][n_batch] their renormalized gate weights */
+    int *exp_n;        /* [n_expert] tokens per expert in this chunk */
+    int64_t *exp_sel;  /* [n_expert_used] one token's chosen experts */
+    float *xg;         /* [n_batch][n_embd] an expert's gathered inputs */
+    double *exp_part;  /* [n_batch][n_embd] an expert's row-parallel partials */
     float *scores;   /* [n_threads][n_ctx] attention probabilities */
     block_q8x *q8;   /* quantized activations, largest input of any matmul */
 };
@@ -84,13 +92,22 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     e->proj = alloc_f32(B * c->n_embd, "proj");
     e->part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "row-parallel partials");
     e->wo_chunks = calloc((size_t)NM_MAX(e->n_head_l, 1), sizeof *e->wo_chunks);
-    e->down_chunks = calloc((size_t)(e->n_ff_l / SHARD_FF_CHUNK + 1), sizeof *e->down_chunks);
+    e->down_chunks = calloc((size_t)(e->n_ff_l / sh->ff_unit + 1), sizeof *e->down_chunks);
     NM_ASSERT(e->wo_chunks && e->down_chunks);
     e->n_wo_chunks = shard_wo_chunks(sh, c, m->layers[0].wo.type, e->wo_chunks);
     e->n_down_chunks = shard_down_chunks(sh, e->down_chunks);
     e->gate = alloc_f32(B * e->n_ff_l, "gate");
     e->up = alloc_f32(B * e->n_ff_l, "up");
     e->rope = alloc_f32(B * c->n_rot, "rope");
+    if (c->n_expert > 0) {
+        e->router = alloc_f32(B * c->n_expert, "router logits");
+        e->exp_tok = nm_alloc((size_t)(B * c->n_expert) * sizeof(int32_t), 64, "expert tokens");
+        e->exp_w = alloc_f32(B * c->n_expert, "expert weights");
+        e->exp_n = nm_alloc((size_t)c->n_expert * sizeof(int), 64, "expert counts");
+        e->exp_sel = nm_alloc((size_t)c->n_expert_used * sizeof(int64_t), 64, "chosen experts");
+        e->xg = alloc_f32(B * c->n_embd, "expert inputs");
+        e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
+    }
     e->scores = alloc_f32((int64_t)pool_size(pool) * n_ctx, "attention scores");
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
@@ -104,8 +121,13 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
 void engine_free(struct engine *e) {
     if (!e) return;
     kv_cache_free(&e->kv);
-    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores};
+    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores,
+                     e->router, e->exp_w, e->xg};
     for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) nm_free(bufs[i]);
+    nm_free(e->exp_tok);
+    nm_free(e->exp_n);
+    nm_free(e->exp_sel);
+    nm_free(e->exp_part);
     nm_free(e->q8);
     nm_free(e->part);
     free(e->wo_chunks);
@@ -140,14 +162,17 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
  * times its slice of the input. Each rank's partial is a double sum of canonical chunks
  * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
  * is rounded to f32 once, so every rank count gives the same bits. */
-static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
-                                    const struct kern_chunk *chunks, int n_chunks, float *out) {
-    const int64_t n = (int64_t)in->m * w->n;
-    kern_matmul_chunked_f64(e->pool, w, in, chunks, n_chunks, e->part, w->n);
+static void allreduce_partials(struct engine *e, int64_t n, float *out) {
     const uint64_t t0 = nm_time_ns();
     coll_allreduce_sum_f64(e->coll, e->part, e->part, (size_t)n);
     for (int64_t i = 0; i < n; i++) out[i] = (float)e->part[i];
     e->coll_seconds += (double)(nm_time_ns() - t0) * 1e-9;
+}
+
+static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
+                                    const struct kern_chunk *chunks, int n_chunks, float *out) {
+    kern_matmul_chunked_f64(e->pool, w, in, chunks, n_chunks, e->part, w->n);
+    allreduce_partials(e, (int64_t)in->m * w->n, out);
 }
 
 /* y = W x for a chunk: the input is wrapped so that its int8 quantization is made once. */
@@ -254,6 +279,73 @@ static void ffn_block(struct engine *e, int il, int n) {
     op_add(e->x, e->proj, (int64_t)n * c->n_embd);
 }
 
+/* qwen3moe: route each token of the chunk to its expert_used_count experts (largest router
+ * logits, ties to the lower index) with weights softmax-renormalized over the chosen ones (the
+ * full softmax's denominator cancels), and list the tokens of each expert in token order. The
+ * router is replicated, so every rank makes the same choices. */
+static void moe_route(struct engine *e, int n) {
+    const struct model_config *c = &e->m->cfg;
+    const int64_t ne = c->n_expert, nu = c->n_expert_used;
+    for (int64_t x = 0; x < ne; x++) e->exp_n[x] = 0;
+    int64_t *sel = e->exp_sel;
+    for (int t = 0; t < n; t++) {
+        const float *l = e->router + (int64_t)t * ne;
+        for (int64_t j = 0; j < nu; j++) { /* selection: nu is small (8 of 128) */
+            int64_t best = -1;
+            for (int64_t x = 0; x < ne; x++) {
+                bool taken = false;
+                for (int64_t i = 0; i < j && !taken; i++) taken = sel[i] == x;
+                if (!taken && (best < 0 || l[x] > l[best])) best = x;
+            }
+            sel[j] = best;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < nu; j++) sum += exp((double)l[sel[j]] - (double)l[sel[0]]);
+        for (int64_t j = 0; j < nu; j++) {
+            const int64_t x = sel[j];
+            const int slot = e->exp_n[x]++;
+            e->exp_tok[x * e->n_batch + slot] = t;
+            e->exp_w[x * e->n_batch + slot] = (float)(exp((double)l[x] - (double)l[sel[0]]) / sum);
+        }
+    }
+}
+
+/* x += sum over each token's chosen experts of w * down_e(silu(gate_e(xn)) * up_e(xn)); xn holds
+ * ffn_norm(x). Expert by expert (ascending), the tokens routed to it are gathered into one
+ * matrix, so a prompt runs each expert as a GEMM over its tokens and decode runs only the chosen
+ * experts' GEMVs. gate/up are column-parallel over this rank's slice of n_ff_exp, down is
+ * row-parallel; the weighted partials of all experts go through one allreduce, as for a dense
+ * FFN. */
+static void moe_block(struct engine *e, int il, int n) {
+    const struct model_config *c = &e->m->cfg;
+    const struct layer_weights *L = &e->m->layers[il];
+    const int64_t E = c->n_embd;
+    struct act in = act_of(e, e->xn, n, E);
+    matmul(e, &L->router, &in, e->router);
+    moe_route(e, n);
+    memset(e->part, 0, (size_t)n * (size_t)E * sizeof *e->part);
+    for (int64_t x = 0; x < c->n_expert; x++) {
+        const int m = e->exp_n[x];
+        if (m == 0) continue;
+        const int32_t *tok = e->exp_tok + x * e->n_batch;
+        const float *w = e->exp_w + x * e->n_batch;
+        for (int i = 0; i < m; i++) memcpy(e->xg + (int64_t)i * E, e->xn + (int64_t)tok[i] * E, (size_t)E * sizeof(float));
+        struct act xg = act_of(e, e->xg, m, E);
+        matmul(e, &L->gate_exps[x], &xg, e->gate);
+        matmul(e, &L->up_exps[x], &xg, e->up);
+        op_swiglu(e->gate, e->gate, e->up, (int64_t)m * e->n_ff_l);
+        struct act hid = act_of(e, e->gate, m, e->n_ff_l);
+        kern_matmul_chunked_f64(e->pool, &L->down_exps[x], &hid, e->down_chunks, e->n_down_chunks, e->exp_part, E);
+        for (int i = 0; i < m; i++) {
+            double *dst = e->part + (int64_t)tok[i] * E;
+            const double *src = e->exp_part + (int64_t)i * E;
+            for (int64_t j = 0; j < E; j++) dst[j] += (double)w[i] * src[j];
+        }
+    }
+    allreduce_partials(e, (int64_t)n * E, e->proj);
+    op_add(e->x, e->proj, (int64_t)n * E);
+}
+
 static void norm_rows(float *y, const float *x, const float *w, int n, int64_t dim, float eps) {
     for (int i = 0; i < n; i++) op_rmsnorm(y + i * dim, x + i * dim, w, dim, eps);
 }
@@ -281,7 +373,8 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
         norm_rows(e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
         attention_block(e, il, n, pos0);
         norm_rows(e->xn, e->x, L->ffn_norm, n, E, c->rms_eps);
-        ffn_block(e, il, n);
+        if (c->n_expert > 0) moe_block(e, il, n);
+        else ffn_block(e, il, n);
         hook(e, il, pos0, e->x, n);
     }
 

@@ -24,6 +24,10 @@ static const struct mkmodel_preset k_presets[] = {
     {.name = "tiny-qwen3", .arch = "qwen3", .about = "head_dim 128 != n_embd/n_head, Q/K norms (tests)",
      .n_vocab = 512, .n_embd = 256, .n_layer = 3, .n_ff = 1024, .n_head = 4, .n_head_kv = 2, .head_dim = 128,
      .n_ctx_train = 2048, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .qk_norm = true},
+    {.name = "tiny-qwen3moe", .arch = "qwen3moe", .about = "8 experts, top-2, Q/K norms (tests)",
+     .n_vocab = 512, .n_embd = 256, .n_layer = 2, .n_ff = 768, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+     .n_ctx_train = 2048, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .qk_norm = true, .n_expert = 8,
+     .n_expert_used = 2, .n_ff_exp = 1024},
     {.name = "qwen2.5-0.5b", .arch = "qwen2", .about = "Qwen2.5-0.5B shapes (494M params)",
      .n_vocab = 151936, .n_embd = 896, .n_layer = 24, .n_ff = 4864, .n_head = 14, .n_head_kv = 2,
      .n_ctx_train = 32768, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = true},
@@ -37,6 +41,10 @@ static const struct mkmodel_preset k_presets[] = {
     {.name = "llama-3-8b", .arch = "llama", .about = "Llama-3-8B shapes (8.0B params)",
      .n_vocab = 128256, .n_embd = 4096, .n_layer = 32, .n_ff = 14336, .n_head = 32, .n_head_kv = 8,
      .n_ctx_train = 8192, .rope_freq_base = 500000.0f, .rms_eps = 1e-5f},
+    {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .about = "Qwen3-30B-A3B shapes (30.5B params, 3.3B active)",
+     .n_vocab = 151936, .n_embd = 2048, .n_layer = 48, .n_ff = 6144, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+     .n_ctx_train = 40960, .rope_freq_base = 1000000.0f, .rms_eps = 1e-6f, .qk_norm = true, .n_expert = 128,
+     .n_expert_used = 8, .n_ff_exp = 768},
     {0},
 };
 
@@ -60,7 +68,7 @@ enum init_kind {
 struct tensor_spec {
     char name[GGUF_MAX_NAME];
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3]; /* ne[1] * ne[2] rows of ne[0] values */
     enum dtype type;
     enum init_kind init;
     float gain;
@@ -71,8 +79,8 @@ struct specs {
     int n, cap;
 };
 
-static void add_spec(struct specs *s, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, enum dtype type,
-                     enum init_kind init, float gain) {
+static void add_spec3(struct specs *s, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                      enum dtype type, enum init_kind init, float gain) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 64;
         s->v = realloc(s->v, (size_t)s->cap * sizeof *s->v);
@@ -83,9 +91,15 @@ static void add_spec(struct specs *s, const char *name, uint32_t n_dims, int64_t
     t->n_dims = n_dims;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
+    t->ne[2] = ne2;
     t->type = type;
     t->init = init;
     t->gain = gain;
+}
+
+static void add_spec(struct specs *s, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1, enum dtype type,
+                     enum init_kind init, float gain) {
+    add_spec3(s, name, n_dims, ne0, ne1, 1, type, init, gain);
 }
 
 /* K-quants need rows that are a multiple of 256; like llama.cpp's quantizer, fall back for
@@ -101,6 +115,11 @@ static enum dtype type_for_rows(enum dtype t, int64_t k, const char *name) {
 
 static void add_matmul(struct specs *s, const char *name, int64_t k, int64_t n, enum dtype t, float gain) {
     add_spec(s, name, 2, k, n, type_for_rows(t, k, name), INIT_MATMUL, gain);
+}
+
+/* The n_expert matrices {k, n} of a MoE layer, stored as one 3-D tensor. */
+static void add_experts(struct specs *s, const char *name, int64_t k, int64_t n, int64_t n_expert, enum dtype t) {
+    add_spec3(s, name, 3, k, n, n_expert, type_for_rows(t, k, name), INIT_MATMUL, 1.0f);
 }
 
 static void build_specs(const struct mkmodel_params *p, int64_t n_vocab, struct specs *s) {
@@ -128,9 +147,18 @@ static void build_specs(const struct mkmodel_params *p, int64_t n_vocab, struct 
         }
         add_matmul(s, N("attn_output.weight"), m->n_head * hd, m->n_embd, p->type, 1.0f);
         add_spec(s, N("ffn_norm.weight"), 1, m->n_embd, 1, DTYPE_F32, INIT_NORM, 0);
-        add_matmul(s, N("ffn_gate.weight"), m->n_embd, m->n_ff, p->type, 1.0f);
-        add_matmul(s, N("ffn_up.weight"), m->n_embd, m->n_ff, p->type, 1.0f);
-        add_matmul(s, N("ffn_down.weight"), m->n_ff, m->n_embd, p->type, 1.0f);
+        if (m->n_expert > 0) {
+            /* The router stays f32 (as llama.cpp's quantizer keeps it); gain 4 spreads its logits
+             * so the chosen experts are clear winners. */
+            add_spec(s, N("ffn_gate_inp.weight"), 2, m->n_embd, m->n_expert, DTYPE_F32, INIT_MATMUL, 4.0f);
+            add_experts(s, N("ffn_gate_exps.weight"), m->n_embd, m->n_ff_exp, m->n_expert, p->type);
+            add_experts(s, N("ffn_up_exps.weight"), m->n_embd, m->n_ff_exp, m->n_expert, p->type);
+            add_experts(s, N("ffn_down_exps.weight"), m->n_ff_exp, m->n_embd, m->n_expert, p->type);
+        } else {
+            add_matmul(s, N("ffn_gate.weight"), m->n_embd, m->n_ff, p->type, 1.0f);
+            add_matmul(s, N("ffn_up.weight"), m->n_embd, m->n_ff, p->type, 1.0f);
+            add_matmul(s, N("ffn_down.weight"), m->n_ff, m->n_embd, p->type, 1.0f);
+        }
 #undef N
     }
     add_spec(s, "output_norm.weight", 1, m->n_embd, 1, DTYPE_F32, INIT_NORM, 0);
@@ -284,6 +312,11 @@ enum nm_status mkmodel_write(const struct mkmodel_params *p, const char *path, s
     gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)m->n_embd);
     gguf_writer_set_u32(w, K("block_count"), (uint32_t)m->n_layer);
     gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)m->n_ff);
+    if (m->n_expert > 0) {
+        gguf_writer_set_u32(w, K("expert_count"), (uint32_t)m->n_expert);
+        gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)m->n_expert_used);
+        gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)m->n_ff_exp);
+    }
     gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)m->n_head);
     gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)m->n_head_kv);
     if (m->head_dim) {
@@ -313,13 +346,14 @@ enum nm_status mkmodel_write(const struct mkmodel_params *p, const char *path, s
     if ((st = gguf_writer_begin(w, path, err, errlen))) goto done;
 
     uint64_t total = 0, written = 0;
-    for (int i = 0; i < specs.n; i++) total += dtype_row_size(specs.v[i].type, specs.v[i].ne[0]) * (uint64_t)specs.v[i].ne[1];
+    for (int i = 0; i < specs.n; i++)
+        total += dtype_row_size(specs.v[i].type, specs.v[i].ne[0]) * (uint64_t)(specs.v[i].ne[1] * specs.v[i].ne[2]);
     const int nth = pool_size(pool);
     const double t0 = nm_time_s();
     double last_report = t0;
     for (int i = 0; i < specs.n && !st; i++) {
         const struct tensor_spec *t = &specs.v[i];
-        const int64_t k = t->ne[0], n = t->ne[1];
+        const int64_t k = t->ne[0], n = t->ne[1] * t->ne[2];
         const size_t row_bytes = dtype_row_size(t->type, k);
         if (t->init == INIT_ROPE_FREQS) {
             float *f = nm_alloc((size_t)k * sizeof(float), 64, "rope_freqs");

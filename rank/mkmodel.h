@@ -14,7 +14,7 @@
 
 struct mkmodel_preset {
     const char *name;
-    const char *arch;     /* "llama", "qwen2", "qwen3" */
+    const char *arch;     /* "llama", "qwen2", "qwen3", "qwen3moe" */
     const char *about;    /* one line for --help */
     int64_t n_vocab, n_embd, n_layer, n_ff, n_head, n_head_kv;
     int64_t head_dim;     /* 0: n_embd/n_head and no key_length key; else written as key_length */
@@ -27,6 +27,7 @@ struct mkmodel_preset {
     bool qk_norm;         /* qwen3 */
     bool llama3_rope_freqs; /* write rope_freqs.weight (Llama 3.1 factors) */
     int64_t rope_freqs_orig_ctx; /* the factors' original_max_position_embeddings (8192 in Llama 3.1) */
+    int64_t n_expert, n_expert_used, n_ff_exp; /* qwen3moe: experts replace the dense FFN */
 };
 
 /* NULL-terminated list of presets. */

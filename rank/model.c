@@ -14,6 +14,7 @@ const char *arch_name(enum arch a) {
     case ARCH_LLAMA: return "llama";
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
+    case ARCH_QWEN3MOE: return "qwen3moe";
     }
     return "?";
 }
@@ -106,6 +107,35 @@ static enum nm_status opt_float(const struct cfg_reader *r, const char *suffix, 
     return NM_OK;
 }
 
+/* qwen3moe's FFN keys (FORMATS.md): expert count, experts per token, expert width; softmax
+ * gating with the selected weights renormalized is the only scheme it uses. */
+static enum nm_status moe_config(const struct cfg_reader *r, struct model_config *cfg) {
+    enum nm_status st;
+    char key[128];
+    if ((st = req_int(r, "expert_count", 1, &cfg->n_expert))) return st;
+    if ((st = req_int(r, "expert_used_count", 1, &cfg->n_expert_used))) return st;
+    if (cfg->n_expert_used > cfg->n_expert) {
+        arch_key(r, "expert_used_count", key, sizeof key);
+        return nm_errf(r->err, r->errlen, NM_ERR_FORMAT, "%s: key %s is %lld; it must be at most expert_count (%lld)",
+                       r->f->path, key, (long long)cfg->n_expert_used, (long long)cfg->n_expert);
+    }
+    if ((st = req_int(r, "expert_feed_forward_length", 1, &cfg->n_ff_exp))) return st;
+    int64_t gating;
+    if ((st = opt_int(r, "expert_gating_func", 0, 1, "softmax", &gating))) return st;
+    if (gating != 1) {
+        arch_key(r, "expert_gating_func", key, sizeof key);
+        return nm_errf(r->err, r->errlen, NM_ERR_UNSUPPORTED, "%s: key %s is %lld; qwen3moe supports softmax (1) only",
+                       r->f->path, key, (long long)gating);
+    }
+    arch_key(r, "expert_weights_norm", key, sizeof key);
+    const struct gguf_kv *norm = gguf_find_kv(r->f, key);
+    if (norm && norm->type == GGUF_TYPE_BOOL && norm->data[0] == 0)
+        return nm_errf(r->err, r->errlen, NM_ERR_UNSUPPORTED,
+                       "%s: key %s is false; qwen3moe renormalizes the selected experts' weights", r->f->path, key);
+    cfg->n_ff = 0;
+    return NM_OK;
+}
+
 enum nm_status model_config_read(const struct gguf_file *f, struct model_config *cfg, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
     /* Say so before the architecture: vocabulary files carry ones numallm does not run. */
@@ -119,16 +149,18 @@ enum nm_status model_config_read(const struct gguf_file *f, struct model_config 
     if (st) return st;
     char arch[32];
     if (a.len >= sizeof arch || a.len == 0)
-        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: unknown architecture '%.*s'; supported: llama, qwen2, qwen3",
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: unknown architecture '%.*s'; supported: llama, qwen2, qwen3, "
+                       "qwen3moe",
                        f->path, (int)NM_MIN(a.len, 64), a.ptr);
     memcpy(arch, a.ptr, a.len);
     arch[a.len] = 0;
     if (strcmp(arch, "llama") == 0) cfg->arch = ARCH_LLAMA;
     else if (strcmp(arch, "qwen2") == 0) cfg->arch = ARCH_QWEN2;
     else if (strcmp(arch, "qwen3") == 0) cfg->arch = ARCH_QWEN3;
+    else if (strcmp(arch, "qwen3moe") == 0) cfg->arch = ARCH_QWEN3MOE;
     else
-        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s: unknown architecture '%s'; supported: llama, qwen2, qwen3",
-                       f->path, arch);
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED,
+                       "%s: unknown architecture '%s'; supported: llama, qwen2, qwen3, qwen3moe", f->path, arch);
     cfg->rope_type = cfg->arch == ARCH_LLAMA ? ROPE_TYPE_NORM : ROPE_TYPE_NEOX;
 
     struct cfg_reader r = {.f = f, .arch = arch, .err = err, .errlen = errlen};
@@ -140,7 +172,10 @@ enum nm_status model_config_read(const struct gguf_file *f, struct model_config 
     if ((uint64_t)cfg->n_layer > f->n_tensors)
         return nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: %s.block_count is %lld, but the file has only %llu tensors",
                        f->path, arch, (long long)cfg->n_layer, (unsigned long long)f->n_tensors);
-    if ((st = req_int(&r, "feed_forward_length", 1, &cfg->n_ff))) return st;
+    if (cfg->arch == ARCH_QWEN3MOE) {
+        if ((st = moe_config(&r, cfg))) return st;
+    } else if ((st = req_int(&r, "feed_forward_length", 1, &cfg->n_ff)))
+        return st;
     if ((st = req_int(&r, "attention.head_count", 1, &cfg->n_head))) return st;
     if ((st = opt_int(&r, "attention.head_count_kv", 1, cfg->n_head, "no grouped-query attention", &cfg->n_head_kv)))
         return st;
@@ -237,6 +272,7 @@ struct binder {
     char *err;
     size_t errlen;
     int type_count[DTYPE_COUNT];
+    uint64_t expert_bytes; /* of copy_bytes, the experts' (copy pass) */
 };
 
 static const char *const k_supported_types = "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k";
@@ -350,6 +386,44 @@ static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bo
 
 static struct range whole(int64_t n) { return (struct range){0, n}; }
 static struct range times(struct range r, int64_t f) { return (struct range){r.begin * f, r.end * f}; }
+static struct range shift(struct range r, int64_t d) { return (struct range){r.begin + d, r.end + d}; }
+
+/* The experts of a qwen3moe layer: a 3-D tensor {k, n, n_expert}, expert e being the {k, n}
+ * matrix of rows [e*n, (e+1)*n). This rank keeps rows `rows` and values `cols` of every expert,
+ * each expert a weight of its own in *out (an array of n_expert in the arena). */
+static enum nm_status bind_experts(struct binder *b, const char *name, int64_t k, int64_t n, struct range rows,
+                                   struct range cols, struct weight **out) {
+    const int64_t n_expert = b->m->cfg.n_expert;
+    const struct gguf_tensor *t;
+    *out = NULL;
+    enum nm_status st = find_tensor(b, name, true, &t);
+    if (st) return st;
+    if (t->n_dims != 3 || t->ne[0] != k || t->ne[1] != n || t->ne[2] != n_expert) {
+        char exp[80];
+        snprintf(exp, sizeof exp, "{%lld, %lld, %lld}", (long long)k, (long long)n, (long long)n_expert);
+        return shape_mismatch(b, t, exp);
+    }
+    const struct dtype_info *ti = dtype_get(t->type);
+    if (cols.begin % ti->blck_size || (cols.end % ti->blck_size && cols.end != k))
+        return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED, "%s: tensor %s: columns %lld..%lld are not whole %s blocks",
+                       b->m->path, name, (long long)cols.begin, (long long)cols.end, ti->name);
+    const size_t slice_bytes = dtype_row_size((enum dtype)t->type, range_len(cols)) * (size_t)range_len(rows);
+    if (!b->copy) {
+        b->m->weight_bytes += t->size;
+        b->m->n_params += (uint64_t)(k * n * n_expert);
+        b->type_count[t->type]++;
+        b->copy_bytes += slice_bytes * (uint64_t)n_expert;
+        return NM_OK;
+    }
+    struct weight *w = arena_alloc(b->m->arena, (size_t)n_expert * sizeof *w, name);
+    for (int64_t e = 0; e < n_expert; e++)
+        w[e] = weight_rows((enum dtype)t->type, range_len(cols), range_len(rows),
+                           copy_slice(b, t, shift(rows, e * n), cols));
+    b->copy_bytes += slice_bytes * (uint64_t)n_expert;
+    b->expert_bytes += slice_bytes * (uint64_t)n_expert;
+    *out = w;
+    return NM_OK;
+}
 
 static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights *L) {
     const struct model_config *c = &b->m->cfg;
@@ -358,7 +432,7 @@ static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights 
                   vv = c->n_head_kv * c->head_dim_v, o = c->n_head * c->head_dim_v;
     const struct range rq = times(s->q_heads, c->head_dim), rk = times(s->kv_heads, c->head_dim),
                        rv = times(s->kv_heads, c->head_dim_v), E = whole(e);
-    const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3;
+    const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
     char name[GGUF_MAX_NAME];
     enum nm_status st;
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
@@ -374,9 +448,18 @@ static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights 
     if ((st = bind_vec(b, NAME("attn_q_norm.weight"), c->head_dim, qwen3, whole(c->head_dim), &L->q_norm))) return st;
     if ((st = bind_vec(b, NAME("attn_k_norm.weight"), c->head_dim, qwen3, whole(c->head_dim), &L->k_norm))) return st;
     if ((st = bind_vec(b, NAME("ffn_norm.weight"), e, true, E, &L->ffn_norm))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_gate.weight"), e, c->n_ff, true, s->ff, E, &L->w_gate))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_up.weight"), e, c->n_ff, true, s->ff, E, &L->w_up))) return st;
-    if ((st = bind_matmul(b, NAME("ffn_down.weight"), c->n_ff, e, true, E, s->ff, &L->w_down))) return st;
+    if (c->n_expert > 0) {
+        const int64_t x = c->n_ff_exp;
+        if ((st = bind_matmul(b, NAME("ffn_gate_inp.weight"), e, c->n_expert, true, whole(c->n_expert), E, &L->router)))
+            return st;
+        if ((st = bind_experts(b, NAME("ffn_gate_exps.weight"), e, x, s->ff, E, &L->gate_exps))) return st;
+        if ((st = bind_experts(b, NAME("ffn_up_exps.weight"), e, x, s->ff, E, &L->up_exps))) return st;
+        if ((st = bind_experts(b, NAME("ffn_down_exps.weight"), x, e, E, s->ff, &L->down_exps))) return st;
+    } else {
+        if ((st = bind_matmul(b, NAME("ffn_gate.weight"), e, c->n_ff, true, s->ff, E, &L->w_gate))) return st;
+        if ((st = bind_matmul(b, NAME("ffn_up.weight"), e, c->n_ff, true, s->ff, E, &L->w_up))) return st;
+        if ((st = bind_matmul(b, NAME("ffn_down.weight"), c->n_ff, e, true, E, s->ff, &L->w_down))) return st;
+    }
 #undef NAME
     if (!qwen3 && (L->q_norm || L->k_norm)) {
         if (!b->copy)
@@ -467,7 +550,8 @@ enum nm_status model_load_file(struct gguf_file *f, const struct model_load_para
     if ((st = model_config_read(f, &m->cfg, err, errlen))) goto fail;
     const struct model_config *c = &m->cfg;
     const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
-    const struct gguf_tensor *down = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+    const struct gguf_tensor *down =
+        gguf_find_tensor(f, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight");
     struct shard_types types = {.wo = wo && dtype_get(wo->type) ? (enum dtype)wo->type : DTYPE_F32,
                                 .w_down = down && dtype_get(down->type) ? (enum dtype)down->type : DTYPE_F32};
     if ((st = shard_plan(c, &types, p->rank, p->nranks, &m->shard, err, errlen))) goto fail;
@@ -488,6 +572,9 @@ enum nm_status model_load_file(struct gguf_file *f, const struct model_load_para
     b.copy = true;
     if ((st = bind_all(&b))) goto fail;
     m->loaded_bytes = b.copy_bytes;
+    m->token_bytes = b.copy_bytes;
+    if (c->n_expert > 0) /* a token reads expert_used_count of the n_expert experts */
+        m->token_bytes -= b.expert_bytes / (uint64_t)c->n_expert * (uint64_t)(c->n_expert - c->n_expert_used);
     m->load_seconds = nm_time_s() - t0;
     *out = m;
     return NM_OK;

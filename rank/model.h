@@ -20,12 +20,13 @@ enum arch {
     ARCH_LLAMA,
     ARCH_QWEN2,
     ARCH_QWEN3,
+    ARCH_QWEN3MOE, /* qwen3 attention, mixture-of-experts FFN */
 };
 const char *arch_name(enum arch a);
 
 enum rope_type {
     ROPE_TYPE_NORM, /* adjacent pairs (x[2i], x[2i+1]): llama */
-    ROPE_TYPE_NEOX, /* halves (x[i], x[i + n_rot/2]): qwen2, qwen3 */
+    ROPE_TYPE_NEOX, /* halves (x[i], x[i + n_rot/2]): qwen2, qwen3, qwen3moe */
 };
 
 struct model_config {
@@ -34,7 +35,10 @@ struct model_config {
     int64_t n_ctx_train;  /* {arch}.context_length */
     int64_t n_embd;
     int64_t n_layer;
-    int64_t n_ff;
+    int64_t n_ff;         /* dense FFN width; 0 for qwen3moe (its key, if present, is not used) */
+    int64_t n_expert;     /* qwen3moe: experts per layer (expert_count); 0 for dense models */
+    int64_t n_expert_used; /* experts chosen per token (expert_used_count) */
+    int64_t n_ff_exp;     /* one expert's FFN width (expert_feed_forward_length) */
     int64_t n_head;
     int64_t n_head_kv;
     int64_t head_dim;     /* per-head size of Q and K: attention.key_length or n_embd/n_head */
@@ -59,9 +63,14 @@ struct layer_weights {
     const float *bo;               /* [n_embd] f32, replicated, added after the allreduce */
     const float *q_norm, *k_norm;  /* [head_dim] f32, replicated, qwen3 only */
     const float *ffn_norm;         /* [n_embd] f32, replicated */
-    struct weight w_gate;          /* [n_embd -> ff_local] column-parallel */
-    struct weight w_up;            /* [n_embd -> ff_local] column-parallel */
-    struct weight w_down;          /* [ff_local -> n_embd] row-parallel */
+    struct weight w_gate;          /* [n_embd -> ff_local] column-parallel (dense) */
+    struct weight w_up;            /* [n_embd -> ff_local] column-parallel (dense) */
+    struct weight w_down;          /* [ff_local -> n_embd] row-parallel (dense) */
+    /* qwen3moe: ff_local is this rank's slice of every expert's n_ff_exp (shard.ff). */
+    struct weight router;          /* [n_embd -> n_expert] ffn_gate_inp, replicated */
+    struct weight *gate_exps;      /* [n_expert] of [n_embd -> ff_local] column-parallel */
+    struct weight *up_exps;        /* [n_expert] of [n_embd -> ff_local] column-parallel */
+    struct weight *down_exps;      /* [n_expert] of [ff_local -> n_embd] row-parallel */
 };
 
 struct model {
@@ -81,6 +90,8 @@ struct model {
     uint64_t weight_bytes;      /* bytes of all tensors of the whole model (token_embd once) */
     uint64_t n_params;          /* parameters of the whole model */
     uint64_t loaded_bytes;      /* bytes this rank copied into its arena */
+    uint64_t token_bytes;       /* of those, the bytes one token reads: all but the experts the
+                                   router does not choose (MoE: n_expert_used of n_expert) */
     double load_seconds;
 };
 

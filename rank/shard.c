@@ -37,14 +37,17 @@ enum nm_status shard_plan(const struct model_config *c, const struct shard_types
         s->kv_heads = (struct range){s->q_heads.begin / group, (s->q_heads.end - 1) / group + 1};
     }
 
-    const int64_t ff_align = SHARD_FF_CHUNK; /* a multiple of every block size (32, 256) */
-    const int64_t ff_units = (c->n_ff + ff_align - 1) / ff_align;
+    /* Dense: a multiple of every block size (32, 256). MoE: the down projection's block. */
+    const bool moe = c->n_expert > 0;
+    const int64_t ff_align = moe ? NM_MAX((int64_t)SHARD_FF_CHUNK_MIN, block_size(t->w_down)) : SHARD_FF_CHUNK;
+    const int64_t n_ff = moe ? c->n_ff_exp : c->n_ff;
+    const int64_t ff_units = (n_ff + ff_align - 1) / ff_align;
     if (nranks > ff_units)
-        return nm_errf(err, errlen, NM_ERR_ARGS,
-                       "%d ranks but n_ff = %lld splits into only %lld chunks of %lld values", nranks,
-                       (long long)c->n_ff, (long long)ff_units, (long long)ff_align);
+        return nm_errf(err, errlen, NM_ERR_ARGS, "%d ranks but %s = %lld splits into only %lld chunks of %lld values",
+                       nranks, moe ? "n_ff_exp" : "n_ff", (long long)n_ff, (long long)ff_units, (long long)ff_align);
     const struct range u = shard_split(ff_units, nranks, rank);
-    s->ff = (struct range){u.begin * ff_align, NM_MIN(u.end * ff_align, c->n_ff)};
+    s->ff = (struct range){u.begin * ff_align, NM_MIN(u.end * ff_align, n_ff)};
+    s->ff_unit = ff_align;
 
     if (nranks > c->n_vocab)
         return nm_errf(err, errlen, NM_ERR_ARGS, "%d ranks but only %lld vocabulary rows", nranks,
@@ -71,8 +74,8 @@ int shard_wo_chunks(const struct shard *s, const struct model_config *c, enum dt
 
 int shard_down_chunks(const struct shard *s, struct kern_chunk *out) {
     int n = 0;
-    for (int64_t f = s->ff.begin; f < s->ff.end; f += SHARD_FF_CHUNK) {
-        const int64_t e = NM_MIN(f + SHARD_FF_CHUNK, s->ff.end);
+    for (int64_t f = s->ff.begin; f < s->ff.end; f += s->ff_unit) {
+        const int64_t e = NM_MIN(f + s->ff_unit, s->ff.end);
         out[n++] = (struct kern_chunk){.w0 = f - s->ff.begin, .w1 = e - s->ff.begin, .a0 = f - s->ff.begin,
                                        .a1 = e - s->ff.begin};
     }
@@ -87,6 +90,8 @@ enum cut {
     CUT_COLS_WO,    /* columns of attn_output */
     CUT_ROWS_FF,    /* ffn_gate, ffn_up */
     CUT_COLS_FF,    /* ffn_down */
+    CUT_ROWS_FF_EXPS, /* ffn_gate_exps, ffn_up_exps: rows ff of every expert */
+    CUT_COLS_FF_EXPS, /* ffn_down_exps: columns ff of every expert */
     CUT_ROWS_VOCAB, /* output.weight, output.bias */
 };
 
@@ -103,6 +108,8 @@ static enum cut cut_of(const char *name) {
     if (!strcmp(p, "attn_output.weight")) return CUT_COLS_WO;
     if (!strcmp(p, "ffn_gate.weight") || !strcmp(p, "ffn_up.weight")) return CUT_ROWS_FF;
     if (!strcmp(p, "ffn_down.weight")) return CUT_COLS_FF;
+    if (!strcmp(p, "ffn_gate_exps.weight") || !strcmp(p, "ffn_up_exps.weight")) return CUT_ROWS_FF_EXPS;
+    if (!strcmp(p, "ffn_down_exps.weight")) return CUT_COLS_FF_EXPS;
     if (!strcmp(name, "output.weight") || !strcmp(name, "output.bias")) return CUT_ROWS_VOCAB;
     return CUT_REPLICATED;
 }
@@ -116,7 +123,7 @@ static uint64_t row_bytes(uint32_t type, int64_t n) {
 enum nm_status shard_weight_bytes(const struct gguf_file *f, const struct model_config *c, int rank, int nranks,
                                   uint64_t *bytes, char *err, size_t errlen) {
     const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
-    const struct gguf_tensor *down = gguf_find_tensor(f, "blk.0.ffn_down.weight");
+    const struct gguf_tensor *down = gguf_find_tensor(f, c->n_expert ? "blk.0.ffn_down_exps.weight" : "blk.0.ffn_down.weight");
     struct shard_types t = {.wo = wo ? (enum dtype)wo->type : DTYPE_F32,
                             .w_down = down ? (enum dtype)down->type : DTYPE_F32};
     struct shard s;
@@ -144,6 +151,8 @@ enum nm_status shard_weight_bytes(const struct gguf_file *f, const struct model_
         case CUT_COLS_WO: part_cols = range_len(s.wo_cols); break;
         case CUT_ROWS_FF: part_rows = range_len(s.ff); break;
         case CUT_COLS_FF: part_cols = range_len(s.ff); break;
+        case CUT_ROWS_FF_EXPS: part_rows = range_len(s.ff) * c->n_expert; break;
+        case CUT_COLS_FF_EXPS: part_cols = range_len(s.ff); break;
         case CUT_ROWS_VOCAB:
             if (vec) part_cols = range_len(s.vocab);
             else part_rows = range_len(s.vocab);

@@ -9,6 +9,11 @@
  *   multiplies the columns of its query heads and an allreduce sums the partial outputs.
  * - FFN: ffn_gate/ffn_up are column-parallel over n_ff, ffn_down row-parallel; n_ff is cut on
  *   multiples of SHARD_FF_CHUNK (256) values: every quantization block stays whole on one rank.
+ * - MoE FFN (qwen3moe): the same cut applied to every expert: each rank holds columns ff of every
+ *   expert's n_ff_exp, so its share of the work is the same whichever experts the router picks.
+ *   The unit is ffn_down_exps' block size (32, or 256 for K-quants; SHARD_FF_CHUNK_MIN at
+ *   least): experts are narrow (768 in Qwen3-30B-A3B), and 256-value units would allow only 3
+ *   ranks. The router is replicated.
  * - A row-parallel slice whose column range is not block aligned (attn_output with K-quants and
  *   64-wide heads) is widened outward to whole blocks; the rank feeds zeros into the columns it
  *   does not own, so the allreduce still sums every column exactly once.
@@ -34,6 +39,7 @@
 #include "types.h"
 
 #define SHARD_FF_CHUNK 256
+#define SHARD_FF_CHUNK_MIN 32 /* the smallest MoE unit: one block of the 32-value types */
 
 struct model_config;
 
@@ -47,7 +53,8 @@ struct shard {
     int rank, nranks;
     struct range q_heads;   /* query heads this rank computes */
     struct range kv_heads;  /* KV heads it holds (covers every KV head of q_heads) */
-    struct range ff;        /* its columns of n_ff */
+    struct range ff;        /* its columns of n_ff (qwen3moe: of every expert's n_ff_exp) */
+    int64_t ff_unit;        /* n_ff is cut, and ffn_down summed, in chunks of this many values */
     struct range vocab;     /* its rows of the output head */
     /* attn_output columns (in units of values) it reads, widened to whole blocks of
      * attn_output's type, and the part of that range it owns (q_heads * head_dim_v). */
@@ -58,7 +65,7 @@ struct shard {
 /* Block sizes the planner must respect, from the tensors' types in the file. */
 struct shard_types {
     enum dtype wo;     /* attn_output.weight (of layer 0; layers share a type in practice) */
-    enum dtype w_down; /* ffn_down.weight */
+    enum dtype w_down; /* ffn_down.weight (qwen3moe: ffn_down_exps.weight) */
 };
 
 /* Plan rank `rank` of `nranks`. Fails with NM_ERR_ARGS and a message when the model cannot be
@@ -69,8 +76,8 @@ enum nm_status shard_plan(const struct model_config *c, const struct shard_types
 
 /* The canonical chunks of this rank's row-parallel matmuls, in the rank's local columns (see
  * "Exactness" above): one per local query head for attn_output (weight columns widened to whole
- * blocks of `wo`'s type, activation kept on the head's columns only), one per SHARD_FF_CHUNK
- * columns for ffn_down. out must hold range_len(q_heads) resp. ceil(ff/256) entries. Returns
+ * blocks of `wo`'s type, activation kept on the head's columns only), one per ff_unit
+ * columns for ffn_down (ffn_down_exps). out must hold range_len(q_heads) resp. ceil(ff/ff_unit) entries. Returns
  * the count. */
 int shard_wo_chunks(const struct shard *s, const struct model_config *c, enum dtype wo, struct kern_chunk *out);
 int shard_down_chunks(const struct shard *s, struct kern_chunk *out);

@@ -30,11 +30,11 @@ LLAMA_FIELDS = [
     "fit_target", "fit_min_ctx", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns", "avg_ts",
     "stddev_ts",
 ]
-NUMALLM_FIELDS = ["n_ranks", "isa", "numa_nodes", "loaded_bytes", "avg_gbs", "stddev_gbs", "bw_gbs", "scaling_eff"]
+NUMALLM_FIELDS = ["n_ranks", "isa", "numa_nodes", "token_bytes", "avg_gbs", "stddev_gbs", "bw_gbs", "scaling_eff"]
 FIELDS = LLAMA_FIELDS + NUMALLM_FIELDS
 INT_FIELDS = {"build_number", "model_size", "model_n_params", "n_batch", "n_ubatch", "n_threads", "poll",
               "n_gpu_layers", "n_cpu_moe", "main_gpu", "flash_attn", "no_op_offload", "fit_target", "fit_min_ctx",
-              "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "n_ranks", "loaded_bytes"}
+              "n_prompt", "n_gen", "n_depth", "avg_ns", "stddev_ns", "n_ranks", "token_bytes"}
 BOOL_FIELDS = {"cpu_strict", "no_kv_offload", "use_mmap", "embeddings", "no_host"}
 FLOAT_FIELDS = {"avg_ts", "stddev_ts", "avg_gbs", "stddev_gbs"}
 NULLABLE_FLOATS = {"bw_gbs", "scaling_eff"}

@@ -124,6 +124,47 @@ int main(void) {
         CHECK(s.ff.begin == ff3k[r][0] && s.ff.end == ff3k[r][1], "n_ff 4864 over 3 (q4_k): rank %d [%lld,%lld)", r,
               (long long)s.ff.begin, (long long)s.ff.end);
     }
+    /* qwen3moe (Qwen3-30B-A3B: n_ff_exp 768): every expert cut the same way, in units of
+     * ffn_down_exps' block; 32-value types split 24 ways, K-quants only 3, and a fourth rank is
+     * refused by name. The down chunks cover the rank's columns in whole units. */
+    struct model_config moe = {.n_head = 32, .n_head_kv = 4, .head_dim = 128, .head_dim_v = 128, .n_ff = 0,
+                               .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_vocab = 151936, .n_embd = 2048};
+    const enum dtype moe_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_F16};
+    for (size_t t = 0; t < NM_ARRAY_LEN(moe_types); t++) {
+        const int64_t unit = NM_MAX(32, dtype_get(moe_types[t])->blck_size), units = 768 / unit;
+        struct shard_types tm = {.wo = moe_types[t], .w_down = moe_types[t]};
+        for (int n = 1; n <= 8; n++) {
+            int64_t next = 0;
+            for (int r = 0; r < n; r++) {
+                struct shard s;
+                char err[256] = "";
+                enum nm_status st = shard_plan(&moe, &tm, r, n, &s, err, sizeof err);
+                if (n > units) {
+                    CHECK(st == NM_ERR_ARGS && strstr(err, "n_ff_exp"), "moe %s over %d ranks must be refused: %s",
+                          dtype_get(moe_types[t])->name, n, err);
+                    break;
+                }
+                CHECK(st == NM_OK && s.ff_unit == unit && s.ff.begin == next && s.ff.begin % unit == 0 &&
+                          range_len(s.ff) >= units / n * unit && range_len(s.ff) <= (units / n + 1) * unit,
+                      "moe %s rank %d/%d: ff [%lld,%lld) unit %lld", dtype_get(moe_types[t])->name, r, n,
+                      (long long)s.ff.begin, (long long)s.ff.end, (long long)s.ff_unit);
+                struct kern_chunk ch[64];
+                const int nc = shard_down_chunks(&s, ch);
+                int64_t covered = 0;
+                for (int i = 0; i < nc; i++) {
+                    CHECK(ch[i].w0 == covered && ch[i].a0 == ch[i].w0 && ch[i].a1 == ch[i].w1 &&
+                              ch[i].w1 - ch[i].w0 == unit,
+                          "moe %s rank %d/%d: chunk %d", dtype_get(moe_types[t])->name, r, n, i);
+                    covered = ch[i].w1;
+                }
+                CHECK(covered == range_len(s.ff), "moe rank %d/%d: chunks cover %lld of %lld", r, n, (long long)covered,
+                      (long long)range_len(s.ff));
+                next = s.ff.end;
+            }
+            if (n <= units) CHECK(next == 768, "moe %s over %d ranks: coverage %lld", dtype_get(moe_types[t])->name, n,
+                                  (long long)next);
+        }
+    }
     printf("%s: test_shard: %d checks, %d failures\n", failures ? "FAIL" : "PASS", checks, failures);
     return failures ? 1 : 0;
 }

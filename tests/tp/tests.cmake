@@ -1,8 +1,8 @@
-# Tensor-parallel invariance: tiny llama, qwen2 and qwen3 models in F32, Q8_0, Q4_0 and Q4_K,
+# Tensor-parallel invariance: tiny llama, qwen2, qwen3 and qwen3moe models in F32, Q8_0, Q4_0 and Q4_K,
 # run on 1, 2, 3 and 4 ranks under mpirun, must give identical greedy tokens for 32 steps and
 # logits within tolerance of the single-rank run (and of the reference: tests/model).
 if(NM_MPIRUN)
-  foreach(preset tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3)
+  foreach(preset tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
     foreach(type f32 q8_0 q4_0 q4_k)
       add_test(NAME tp_invariance_${preset}_${type}
                COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/invariance.sh $<TARGET_FILE:numallm> ${preset} ${type}
