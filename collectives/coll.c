@@ -122,9 +122,8 @@ struct coll *coll_init(const struct coll_options *opt) {
 #ifdef NM_HAVE_MPI
         coll_mpi_ref();
         c->uses_mpi = true;
-        c->rank = coll_mpi_world_rank();
-        c->size = coll_mpi_world_size();
-        int local = coll_mpi_local_size();
+        coll_mpi_base_init(c, opt->group);
+        int local = coll_mpi_base_local_size(c);
         c->spin_iters = coll_spin_iters(local);
         if (want == COLL_TRANSPORT_AUTO && c->size == 1) {
             coll_single_init(c);
@@ -201,6 +200,7 @@ void coll_free(struct coll *c) {
     for (int i = 0; i < COLL_MAX_LIVE; i++)
         if (g_live[i] == c) g_live[i] = NULL;
 #ifdef NM_HAVE_MPI
+    coll_mpi_base_free(c);
     if (c->uses_mpi) coll_mpi_unref();
 #endif
     nm_free(c->counts);

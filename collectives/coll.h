@@ -55,6 +55,9 @@ struct coll_options {
     bool strict;                   /* a downgrade (shm requested or possible but not set up,
                                       fell back to mpi) is fatal instead of a warning */
     bool quiet;                    /* no start-up line (benchmarks that open several) */
+    int group;                     /* 0: every rank of the job; g > 0: only the ranks that pass the
+                                      same g (the CPU ranks apart from the GPU rank), numbered
+                                      in job order. Every rank of the job calls coll_init. */
 };
 
 struct coll;

@@ -67,6 +67,7 @@ struct coll {
     size_t *counts;      /* [size] scratch: coll_allgather's equal counts */
     void *impl;          /* transport state */
     bool uses_mpi;       /* holds a reference on MPI (see coll_mpi_ref/unref) */
+    void *mpi_base;      /* with MPI: the communicator this instance spans (coll_mpi_base_init) */
     char detail[256];    /* transport facts for the start-up line (placement, thresholds) */
 };
 
@@ -109,6 +110,11 @@ void coll_mpi_unref(void); /* MPI_Finalize with the last instance, if coll_mpi_r
 int coll_mpi_world_rank(void);
 int coll_mpi_world_size(void);
 int coll_mpi_local_size(void); /* ranks on this host (MPI_COMM_TYPE_SHARED) */
+/* The ranks this instance spans: the whole job (group 0), or those of the job that passed the
+ * same group (MPI_Comm_split, ordered by world rank). Sets c->rank and c->size within it. */
+void coll_mpi_base_init(struct coll *c, int group);
+int coll_mpi_base_local_size(const struct coll *c); /* of those, the ranks on this host */
+void coll_mpi_base_free(struct coll *c);
 _Noreturn void coll_mpi_abort(int code);
 bool coll_mpi_active(void); /* initialized and not finalized */
 #endif

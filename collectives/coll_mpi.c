@@ -101,6 +101,33 @@ int coll_mpi_local_size(void) {
     return n;
 }
 
+MPI_Comm coll_mpi_base(const struct coll *c) { return *(const MPI_Comm *)c->mpi_base; }
+
+void coll_mpi_base_init(struct coll *c, int group) {
+    MPI_Comm *base = nm_alloc(sizeof *base, 64, "mpi communicator");
+    if (group == 0) COLL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, base));
+    else COLL_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, group, coll_mpi_world_rank(), base));
+    c->mpi_base = base;
+    COLL_MPI_CHECK(MPI_Comm_rank(*base, &c->rank));
+    COLL_MPI_CHECK(MPI_Comm_size(*base, &c->size));
+}
+
+int coll_mpi_base_local_size(const struct coll *c) {
+    MPI_Comm local;
+    int n;
+    COLL_MPI_CHECK(MPI_Comm_split_type(coll_mpi_base(c), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local));
+    COLL_MPI_CHECK(MPI_Comm_size(local, &n));
+    MPI_Comm_free(&local);
+    return n;
+}
+
+void coll_mpi_base_free(struct coll *c) {
+    if (!c->mpi_base) return;
+    if (coll_mpi_active()) MPI_Comm_free((MPI_Comm *)c->mpi_base);
+    nm_free(c->mpi_base);
+    c->mpi_base = NULL;
+}
+
 _Noreturn void coll_mpi_abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     _Exit(code); /* MPI_Abort does not return; keep the compiler and the contract honest */
@@ -324,12 +351,10 @@ static const struct coll_ops coll_mpi_ops = {
 
 void coll_mpi_init(struct coll *c) {
     struct coll_mpi *m = nm_alloc(sizeof *m, 64, "mpi transport");
-    COLL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->comm));
-    COLL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->p2p));
+    COLL_MPI_CHECK(MPI_Comm_dup(coll_mpi_base(c), &m->comm));
+    COLL_MPI_CHECK(MPI_Comm_dup(coll_mpi_base(c), &m->p2p));
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(m->p2p, MPI_ERRORS_RETURN);
-    c->rank = coll_mpi_world_rank();
-    c->size = coll_mpi_world_size();
     size_t nr = 2 * (size_t)c->size;
     m->reqs = nm_alloc(nr * sizeof *m->reqs, 64, "mpi requests");
     m->req_peer = nm_alloc(nr * sizeof *m->req_peer, 64, "mpi requests");

@@ -527,16 +527,16 @@ static const struct coll_ops coll_shm_ops = {
 /* ---- bootstrap -------------------------------------------------------------------------- */
 
 /* Every rank learns whether any rank failed; the first failing rank's reason is logged there. */
-static bool shm_all_ok(bool ok) {
+MPI_Comm coll_mpi_base(const struct coll *c); /* coll_mpi.c */
+
+static bool shm_all_ok(const struct coll *c, bool ok) {
     int bad = !ok, any = 0;
-    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, coll_mpi_base(c));
     return !any;
 }
 
 bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsigned hints) {
-    int R = coll_mpi_world_size(), me = coll_mpi_world_rank();
-    c->rank = me;
-    c->size = R;
+    const int R = c->size, me = c->rank; /* within the instance's communicator */
     c->node = coll_numa_node_self();
     if (R > SHM_MAX_RANKS) {
         if (!me) nm_log_warn("collectives: shm supports up to %d ranks, not %d", SHM_MAX_RANKS, R);
@@ -567,7 +567,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsi
             name[0] = 0;
         }
     }
-    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, coll_mpi_base(c));
     if (!name[0]) return false;
 
     struct coll_shm *s = nm_alloc(sizeof *s, 64, "shm transport");
@@ -600,7 +600,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsi
         }
     }
     if (fd >= 0) close(fd);
-    if (!shm_all_ok(ok)) {
+    if (!shm_all_ok(c, ok)) {
         if (!me) shm_unlink(name);
         shm_release(s);
         return false;
@@ -614,7 +614,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsi
         atomic_init(&h->abort_rank, 0);
     }
     h->pid[me] = (int32_t)getpid();
-    MPI_Barrier(MPI_COMM_WORLD); /* header and pids written, every rank mapped */
+    MPI_Barrier(coll_mpi_base(c)); /* header and pids written, every rank mapped */
     if (!me) shm_unlink(name);
     NM_ASSERT(h->magic == SHM_MAGIC && h->nranks == (uint64_t)R && h->region_bytes == region_bytes);
 
@@ -655,7 +655,7 @@ bool coll_shm_init(struct coll *c, size_t slot_bytes, size_t oneshot_bytes, unsi
              (double)seg_bytes / (1 << 20), slot_bytes / 1024, where, oneshot_bytes, hint_names);
     c->impl = s;
     c->ops = &coll_shm_ops;
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Barrier(coll_mpi_base(c));
     return true;
 }
 #else

@@ -25,16 +25,22 @@ struct worker_opts {
     bool verbose;
     int n_tests;
     struct worker_test tests[WORKER_MAX_TESTS];
+    struct launch_request launch; /* -ngl, and --role/--gpu-node when the job has a GPU rank */
 };
 
 static int parse_worker(int argc, char **argv, struct worker_opts *o) {
     *o = (struct worker_opts){.so = {.kv_type = DTYPE_F16}, .n_batch = 2048, .n_ubatch = 512, .reps = 5,
                               .warmup = true};
+    launch_request_init(&o->launch, argc, argv);
     long long ll;
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--worker")) continue;
+        if (!strcmp(a, "-ngl") || !strcmp(a, "--role") || !strcmp(a, "--gpu-node")) {
+            if (launch_parse_flag(argc, argv, &i, &o->launch) < 0) return 1;
+            continue;
+        }
         if (!strcmp(a, "--no-warmup")) { o->warmup = false; continue; }
         if (!strcmp(a, "-v")) { o->verbose = true; continue; }
         if (!(v = cli_value(argc, argv, &i))) return 1;
@@ -229,8 +235,7 @@ int bench_worker_main(int argc, char **argv) {
     /* Loading and start-up lines only with -v: the orchestrator prints the facts that matter. */
     nm_log_level = o.verbose ? 1 : 0;
     /* One rank in-process, or this process's place in the mpirun job that started it. */
-    struct launch_request req;
-    launch_request_init(&req, argc, argv);
+    struct launch_request req = o.launch;
     req.model = o.so.model;
     req.n_ranks = 1;
     req.n_threads = (int)o.so.n_threads;

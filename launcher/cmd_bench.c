@@ -30,6 +30,7 @@
 #include "bench_report.h"
 #include "bench_worker.h"
 #include "cli.h"
+#include "gpu_stage.h"
 #include "launch.h"
 
 enum { LIST_MAX = 64 };
@@ -86,8 +87,9 @@ static void bench_usage(FILE *f) {
             "                         count, so that every rank count runs at equal threads per rank)\n"
             "  --ranks LIST           CPU ranks (default: 1 and, with several NUMA nodes, one per node);\n"
             "                         auto = one per NUMA node; as numallm run's --ranks (1 runs in-process)\n"
-            "  -ngl, --n-gpu-layers N layers on a GPU rank (default 0). This build has no GPU rank: rows with\n"
-            "                         N > 0 are skipped with a message, never faked\n"
+            "  -ngl, --n-gpu-layers N the last N layers and the head on the GPU (default 0): driven by the rank\n"
+            "                         itself with 1 rank, by a GPU rank joining the job with more. Without a\n"
+            "                         CUDA device those rows are skipped with a message, never faked\n"
             "  -r, --repetitions N    timed repetitions of each test (default 5), after one warm-up\n"
             "  --no-warmup            skip the warm-up\n"
             "  -o, --output FORMAT    md (default), csv, json, jsonl or sql, on stdout\n"
@@ -357,7 +359,8 @@ static int wait_status(pid_t pid, char *why, size_t len) {
 /* The ranks' command line for n_ranks ranks: mpirun's (launch.h) for several, the executable
  * itself for one. args: the subcommand's arguments ("bench", flags...), without -t. NULL after
  * printing why not (the plan refuses the rank count, the model does not fit). */
-static char **job_argv(int n_ranks, int n_threads, const char *model, int argc, char **args, char *why, size_t len) {
+static char **job_argv(int n_ranks, int n_threads, int ngl, const char *model, int argc, char **args, char *why,
+                       size_t len) {
     if (n_ranks == 1) {
         char **argv = calloc((size_t)argc + 4, sizeof *argv);
         NM_ASSERT(argv);
@@ -388,8 +391,12 @@ static char **job_argv(int n_ranks, int n_threads, const char *model, int argc, 
         }
         return NULL;
     }
+    int gpu_node = -1; /* the GPU rank (ngl > 0) on the node of the first CUDA GPU */
+    for (int i = 0; i < t->n_gpus && gpu_node < 0; i++)
+        if (t->gpus[i].cuda && t->gpus[i].node >= 0) gpu_node = t->nodes[t->gpus[i].node].os_index;
     struct launch_argv_params ap = {.mpirun = mpirun_name(), .as_root = geteuid() == 0, .exe = self_exe(),
-                                    .model = model, .argc = argc, .argv = args};
+                                    .model = model, .argc = argc, .argv = args, .gpu_rank = ngl > 0,
+                                    .gpu_node = gpu_node};
     if (launch_argv_build(p, t, &ap, &argv, err, sizeof err)) snprintf(why, len, "%s", err);
     plan_free(p);
     topo_free(t);
@@ -536,6 +543,10 @@ static void run_job(struct run *r, const struct job *j) {
     ARG(j->type_k);
     if (!o->warmup) ARG("--no-warmup");
     if (o->verbose) ARG("-v");
+    if (j->ngl > 0) {
+        ARG("-ngl");
+        ARGF("%d", j->ngl);
+    }
     for (int i = 0; i < j->n_tests; i++) {
         ARG("--test");
         ARGF("%d,%d,%d", j->tests[i].n_prompt, j->tests[i].n_gen, j->tests[i].n_depth);
@@ -547,7 +558,7 @@ static void run_job(struct run *r, const struct job *j) {
     snprintf(label, sizeof label, "ranks %d, %d thread%s per rank", j->n_ranks, j->n_threads,
              j->n_threads == 1 ? "" : "s");
     const int first_row = r->row_no;
-    char **argv = job_argv(j->n_ranks, j->n_threads, j->model, n, args, why, sizeof why);
+    char **argv = job_argv(j->n_ranks, j->n_threads, j->ngl, j->model, n, args, why, sizeof why);
     if (!argv) {
         r->failures++;
         r->row_no += j->n_tests;
@@ -776,12 +787,12 @@ static int bench_main(const struct bench_opts *o_in) {
         goto out;
     }
     int ngl_run = 0;
+    char no_gpu[256] = "";
+    const bool have_gpu = gpu_device_count(no_gpu, sizeof no_gpu) > 0;
     for (int g = 0; g < o.ngl.n; g++) {
-        if (o.ngl.v[g] == 0) ngl_run++;
+        if (o.ngl.v[g] == 0 || have_gpu) ngl_run++;
         else
-            note(r, "-ngl %d: skipped: this build has no GPU rank (it is a later issue), so no layer can be offloaded; "
-                    "those rows are not run%s",
-                 o.ngl.v[g], r->mach.n_gpus ? " although this machine has a GPU" : "");
+            note(r, "-ngl %d: skipped: %s; those rows are not run", o.ngl.v[g], no_gpu);
     }
     const int n_jobs = o.n_models * o.ranks.n * ngl_run * o.n_batch.n * o.n_ubatch.n * o.n_type_k * o.n_threads.n;
     r->rows_total = n_jobs * j->n_tests;
@@ -791,7 +802,7 @@ static int bench_main(const struct bench_opts *o_in) {
     for (int mi = 0; mi < o.n_models; mi++)
         for (int ri = 0; ri < o.ranks.n; ri++)
             for (int g = 0; g < o.ngl.n; g++) {
-                if (o.ngl.v[g] > 0) continue;
+                if (o.ngl.v[g] > 0 && !have_gpu) continue;
                 for (int bi = 0; bi < o.n_batch.n; bi++)
                     for (int ui = 0; ui < o.n_ubatch.n; ui++)
                         for (int ki = 0; ki < o.n_type_k; ki++)
@@ -887,7 +898,7 @@ static int bench_collectives(int argc, char **argv) {
             continue;
         }
         char why[1024] = "";
-        char **cmd = job_argv(n, 0, NULL, wn, wargs, why, sizeof why);
+        char **cmd = job_argv(n, 0, 0, NULL, wn, wargs, why, sizeof why);
         if (!cmd) {
             fprintf(stderr, "numallm bench collectives: %d ranks: skipped: %s\n", n, why);
             failures++;

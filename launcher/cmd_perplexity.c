@@ -44,8 +44,8 @@ static void score(struct session *s, const float *local, const int32_t *targets,
     NM_ASSERT(maxes && sums && mine);
     for (int j = 0; j < rows; j++) {
         const float *l = local + (int64_t)j * vl;
-        float m = l[0];
-        for (int64_t i = 1; i < vl; i++) m = l[i] > m ? l[i] : m;
+        float m = -INFINITY; /* an empty slice (the head on the GPU rank) has no maximum */
+        for (int64_t i = 0; i < vl; i++) m = l[i] > m ? l[i] : m;
         mine[j] = m;
     }
     coll_allgather(s->coll, mine, (size_t)rows * sizeof(float), maxes); /* [rank][rows] */

@@ -166,10 +166,11 @@ static void emit(struct gen *g, int32_t tok) {
  * Stops at an end-of-generation token unless --ignore-eos. */
 static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char *err, size_t errlen) {
     struct session *s = g->s;
-    const struct range vocab = s->m->shard.vocab;
+    /* With the head on the GPU and a top-k sampler, only the candidates come back (no logits). */
+    const bool on_stage = engine_samples_on_stage(s->e, g->smp) && !g->dump;
     const double t0 = nm_time_s();
     for (long long i = 0; i < g->o->n_predict; i++) {
-        const int32_t tok = sampler_sample_dist(g->smp, s->coll, g->logits, vocab.begin, range_len(vocab));
+        const int32_t tok = engine_sample(s->e, g->smp, g->logits);
         sampler_accept(g->smp, tok);
         const bool end = is_end(g, tok) && !g->o->ignore_eos;
         if (!end || g->o->show_special) emit(g, tok);
@@ -184,7 +185,7 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
             break;
         }
         const int64_t pos = engine_n_past(s->e);
-        enum nm_status st = engine_eval(s->e, &tok, 1, false, g->logits, err, errlen);
+        enum nm_status st = engine_eval(s->e, &tok, 1, false, on_stage ? NULL : g->logits, err, errlen);
         if (st) return st;
         g->n_eval++;
         if (g->dump) {

@@ -9,10 +9,11 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "gpu_stage.h"
 #include "model.h"
 
 void launch_request_init(struct launch_request *req, int argc, char **argv) {
-    *req = (struct launch_request){.topo = {.kind = TOPO_SOURCE_MACHINE}, .argc = argc, .argv = argv};
+    *req = (struct launch_request){.topo = {.kind = TOPO_SOURCE_MACHINE}, .argc = argc, .argv = argv, .gpu_node = -1};
 }
 
 int launch_parse_flag(int argc, char **argv, int *i, struct launch_request *req) {
@@ -34,6 +35,26 @@ int launch_parse_flag(int argc, char **argv, int *i, struct launch_request *req)
         req->n_threads = (int)ll;
         return 1;
     }
+    if (strcmp(a, "-ngl") == 0 || strcmp(a, "--n-gpu-layers") == 0 || strcmp(a, "--gpu-layers") == 0) {
+        if (!(v = cli_value(argc, argv, i)) || !cli_int(a, v, 0, 1 << 30, &ll)) return -1;
+        req->n_gpu_layers = ll;
+        return 1;
+    }
+    if (strcmp(a, "--role") == 0) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (strcmp(v, "cpu") == 0) req->role = RANK_ROLE_CPU_OF_PIPELINE;
+        else if (strcmp(v, "gpu") == 0) req->role = RANK_ROLE_GPU;
+        else {
+            fprintf(stderr, "error: --role %s: allowed are cpu and gpu (set by the launcher)\n", v);
+            return -1;
+        }
+        return 1;
+    }
+    if (strcmp(a, "--gpu-node") == 0) {
+        if (!(v = cli_value(argc, argv, i)) || !cli_int(a, v, -1, 4095, &ll)) return -1;
+        req->gpu_node = (int)ll;
+        return 1;
+    }
     if (strcmp(a, "--topology") == 0 || strcmp(a, "--topology-synthetic") == 0) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (req->topo.kind != TOPO_SOURCE_MACHINE) {
@@ -53,6 +74,10 @@ const char *launch_flags_help(void) {
            "                     1 runs in-process without mpirun; a multiple of the nodes splits each node's cores;\n"
            "                     the number of packages gives one rank per package)\n"
            "  -t, --threads N    threads per rank (default: the cores of the rank)\n"
+           "  -ngl, --n-gpu-layers N  the last N layers, the output norm and the head on the CUDA device\n"
+           "                     (N >= the layer count: the whole model; default 0). One CPU rank drives the\n"
+           "                     GPU itself; with more, a GPU rank joins the job on the GPU's NUMA node.\n"
+           "                     No CUDA device: a warning and every layer on the CPU (an error with --strict)\n"
            "  --dry-run          print the machine, the rank plan and the mpirun command line; run nothing\n"
            "  --topology FILE    plan for the machine recorded in an hwloc XML file (`lstopo FILE.xml` there);\n"
            "                     with --dry-run or in numallm topo only\n"
@@ -124,7 +149,7 @@ enum nm_status launch_argv_build(const struct plan *p, const struct topo *t, con
         per_package = true;
     }
     const char *obj = per_package ? "socket" : "numa";
-    char **argv = calloc((size_t)(ap->argc + 16), sizeof *argv);
+    char **argv = calloc((size_t)(2 * ap->argc + 32), sizeof *argv);
     NM_ASSERT(argv);
     int n = 0;
     argv[n++] = xstrdup(ap->mpirun);
@@ -142,6 +167,18 @@ enum nm_status launch_argv_build(const struct plan *p, const struct topo *t, con
         argv[n++] = xstrdup(obj);
     }
     child_args(argv, &n, ap->exe, ap->argc, ap->argv, ap->model, p->n_threads);
+    if (ap->gpu_rank) { /* the second app context: one process, one thread, on the GPU's node */
+        argv[n++] = xstrdup("--role");
+        argv[n++] = xstrdup("cpu");
+        argv[n++] = xstrdup(":");
+        argv[n++] = xstrdup("-np");
+        argv[n++] = xstrdup("1");
+        child_args(argv, &n, ap->exe, ap->argc, ap->argv, ap->model, 1);
+        argv[n++] = xstrdup("--role");
+        argv[n++] = xstrdup("gpu");
+        argv[n++] = xstrdup("--gpu-node");
+        argv[n++] = xprintf("%d", ap->gpu_node);
+    }
     argv[n] = NULL;
     *out = argv;
     return NM_OK;
@@ -283,15 +320,51 @@ void launch_exec(char *const *argv) {
                         : "check NUMALLM_MPIRUN");
 }
 
+/* -ngl without a usable CUDA device: said once, here; an error with --strict. */
+static bool gpu_usable(const struct launch_request *req) {
+    char why[256];
+    if (gpu_device_count(why, sizeof why) > 0) return true;
+    if (req->strict) {
+        fprintf(stderr, "error: -ngl %lld needs a GPU: %s (--strict)\n", req->n_gpu_layers, why);
+        return false;
+    }
+    fprintf(stderr, "[launcher] warning: -ngl %lld ignored: %s; every layer runs on the CPU ranks\n",
+            req->n_gpu_layers, why);
+    return false;
+}
+
+/* The NUMA node (OS index) of the first CUDA GPU hwloc sees (-1: none or unknown). */
+static int gpu_node(const struct topo *t) {
+    for (int i = 0; i < t->n_gpus; i++)
+        if (t->gpus[i].cuda && t->gpus[i].node >= 0) return t->nodes[t->gpus[i].node].os_index;
+    return -1;
+}
+
 enum launch_mode launch_decide(const struct launch_request *req, struct launch_decision *d) {
-    *d = (struct launch_decision){.rank = 0, .nranks = 1};
+    *d = (struct launch_decision){.rank = 0, .nranks = 1, .gpu_rank = -1, .gpu_node = -1,
+                                  .n_gpu_layers = req->n_gpu_layers, .role = req->role};
     const char *size = getenv("OMPI_COMM_WORLD_SIZE"), *rank = getenv("OMPI_COMM_WORLD_RANK");
     if (size && rank) {
         d->under_mpirun = true;
         d->nranks = atoi(size);
         d->rank = atoi(rank);
+        if (req->role != RANK_ROLE_CPU) { /* the GPU rank is the job's last */
+            d->gpu_rank = d->nranks - 1;
+            d->nranks -= 1;
+            d->gpu_node = req->gpu_node;
+        }
         d->n_threads = req->n_threads > 0 ? req->n_threads : topo_cores_in_affinity();
         return LAUNCH_MODE_IN_PROCESS;
+    }
+    if (req->role != RANK_ROLE_CPU) {
+        fprintf(stderr, "error: --role is set by the launcher on the ranks of an mpirun job only\n");
+        return LAUNCH_MODE_ERROR;
+    }
+    bool ngl_off = false;
+    if (req->n_gpu_layers > 0 && !req->dry_run && !gpu_usable(req)) {
+        if (req->strict) return LAUNCH_MODE_ERROR;
+        d->n_gpu_layers = 0;
+        ngl_off = true;
     }
     if (req->topo.kind != TOPO_SOURCE_MACHINE && !req->dry_run) {
         fprintf(stderr, "error: %s describes another machine: use it with --dry-run (or in numallm topo) to see "
@@ -330,8 +403,13 @@ enum launch_mode launch_decide(const struct launch_request *req, struct launch_d
     char *args[4096];
     int argc;
     request_args(req, &argc, args, (int)NM_ARRAY_LEN(args));
+    if (ngl_off && argc + 2 <= (int)NM_ARRAY_LEN(args)) { /* the ranks must not try again */
+        args[argc++] = "-ngl";
+        args[argc++] = "0";
+    }
     struct launch_argv_params ap = {.mpirun = mpirun_name(req), .as_root = geteuid() == 0, .exe = self_exe(req),
-                                    .model = req->model, .argc = argc, .argv = args};
+                                    .model = req->model, .argc = argc, .argv = args,
+                                    .gpu_rank = d->n_gpu_layers > 0, .gpu_node = gpu_node(t)};
     char **argv;
     if (launch_argv_build(p, t, &ap, &argv, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);
@@ -339,7 +417,8 @@ enum launch_mode launch_decide(const struct launch_request *req, struct launch_d
     }
     plan_print(p, t, stderr);
     char *line = launch_argv_format(argv);
-    fprintf(stderr, "[launcher] %d ranks: %s\n", p->n_ranks, line);
+    if (ap.gpu_rank) fprintf(stderr, "[launcher] %d CPU ranks + the GPU rank (node %d): %s\n", p->n_ranks, ap.gpu_node, line);
+    else fprintf(stderr, "[launcher] %d ranks: %s\n", p->n_ranks, line);
     fflush(stderr);
     fflush(stdout);
     free(line);

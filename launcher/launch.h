@@ -12,6 +12,14 @@
  *   one rank per package  mpirun -np N --map-by ppr:1:socket --bind-to socket  EXE run ... -t T
  *
  * with --allow-run-as-root first when numallm runs as root (Open MPI refuses root otherwise).
+ *
+ * The GPU rank. With -ngl N > 0 and a CUDA device, one CPU rank runs in-process and drives the
+ * GPU itself (rank/pipeline.h, local); two or more CPU ranks get a GPU rank as a second app
+ * context, the last rank of the job:
+ *   mpirun ... -np N ... EXE run ... --role cpu : -np 1 EXE run ... --role gpu --gpu-node K -t 1
+ * where K is the NUMA node the GPU is attached to (hwloc's PCI locality); the GPU rank binds
+ * itself to that node's cores and memory. No CUDA device: -ngl is ignored with a warning (an
+ * error with --strict) and the ranks get -ngl 0.
  * Machines with memory-only NUMA nodes (HBM, CXL) use the per-package spelling when each
  * package has one DRAM node: Open MPI would count the memory-only nodes as places for ranks. */
 #ifndef NM_LAUNCH_H
@@ -23,6 +31,13 @@
 #include "checks.h"
 #include "plan.h"
 #include "topo.h"
+
+/* A process's part in a job with -ngl (see the GPU rank below). */
+enum rank_role {
+    RANK_ROLE_CPU = 0,       /* a CPU rank; with -ngl and no mpirun it drives the GPU itself */
+    RANK_ROLE_CPU_OF_PIPELINE, /* a CPU rank of a job whose last world rank is the GPU rank */
+    RANK_ROLE_GPU,           /* the GPU rank: serves the last -ngl layers and the head */
+};
 
 /* What the user asked for, from the flags launch_parse_flag consumes and the caller's own. */
 struct launch_request {
@@ -36,6 +51,11 @@ struct launch_request {
     const char *mpirun;      /* NULL: $NUMALLM_MPIRUN, else "mpirun" (found through PATH) */
     int argc;                /* the subcommand's arguments as typed: argv[0] = "run", then flags */
     char **argv;
+    long long n_gpu_layers;  /* -ngl/--n-gpu-layers N: the last N layers and the output head on the
+                                GPU (N >= n_layer: all of them); 0 = none */
+    bool strict;             /* --strict: no GPU for -ngl is an error, not a downgrade */
+    enum rank_role role;     /* --role cpu|gpu: set by the launcher on the ranks' command lines */
+    int gpu_node;            /* --gpu-node K: the NUMA node the GPU rank binds to (-1: leave it) */
 };
 
 /* Defaults: auto ranks, default threads, this machine; argc/argv are the subcommand's (kept,
@@ -44,8 +64,8 @@ void launch_request_init(struct launch_request *req, int argc, char **argv);
 
 /* Try to consume argv[*i] (and its value, advancing *i) as one of the launcher's flags:
  *   --ranks auto|N   --topology FILE.xml   --topology-synthetic DESC   --dry-run
- *   -t/--threads N
- * Returns 1 when consumed, 0 when argv[*i] is not one of them, -1 after printing an error that
+ *   -t/--threads N   -ngl/--n-gpu-layers N   --role cpu|gpu   --gpu-node K
+ * (the caller sets req->strict from its own --strict). Returns 1 when consumed, 0 when argv[*i] is not one of them, -1 after printing an error that
  * names the flag and what it accepts. Call it first in the subcommand's flag loop. */
 int launch_parse_flag(int argc, char **argv, int *i, struct launch_request *req);
 
@@ -60,7 +80,11 @@ enum launch_mode {
 
 struct launch_decision {
     bool under_mpirun; /* this process is rank `rank` of `nranks` of an Open MPI job */
-    int rank, nranks;  /* 0 and 1 when in-process */
+    int rank, nranks;  /* 0 and 1 when in-process; CPU ranks only (the GPU rank is not counted) */
+    enum rank_role role;
+    int gpu_rank;      /* world rank of the GPU rank (RANK_ROLE_CPU_OF_PIPELINE, _GPU), else -1 */
+    int gpu_node;      /* RANK_ROLE_GPU: the NUMA node to bind to, -1 unknown */
+    long long n_gpu_layers; /* -ngl in force: 0 when there is no GPU (said once, by the launcher) */
     int n_threads;     /* threads for this rank: -t, else the cores (not SMT siblings) this
                           process may run on; 0 when hwloc cannot tell (use your default) */
 };
@@ -82,6 +106,8 @@ struct launch_argv_params {
                             not each look for it; may be NULL */
     int argc;            /* the subcommand's arguments ("run", flags...) */
     char *const *argv;
+    bool gpu_rank;       /* add the GPU rank's app context */
+    int gpu_node;        /* its NUMA node (-1: unknown) */
 };
 
 /* The mpirun argv (NULL-terminated, malloc'ed: launch_argv_free) for a plan of two or more

@@ -9,6 +9,8 @@
 #include "cli.h"
 #include "coll.h"
 #include "cpu.h"
+#include "gpu_stage.h"
+#include "pipeline.h"
 
 static void print_model(const struct session *s) {
     const struct model *m = s->m;
@@ -52,6 +54,7 @@ int session_launch(struct launch_request *req, struct session_opts *so) {
         if (!ok) return 1;
         req->model = default_path;
     }
+    req->strict = so->strict;
     switch (launch_decide(req, &so->launch)) {
     case LAUNCH_MODE_DONE: return 0;
     case LAUNCH_MODE_ERROR: return 1;
@@ -59,6 +62,7 @@ int session_launch(struct launch_request *req, struct session_opts *so) {
     }
     so->model = req->model;
     so->n_threads = so->launch.n_threads;
+    if (so->launch.role == RANK_ROLE_GPU) return session_serve_gpu(so);
     return -1;
 }
 
@@ -90,6 +94,13 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
     memset(s, 0, sizeof *s);
     NM_ASSERT(o->model);
     struct coll_options co = {.strict = o->strict};
+    if (o->launch.role == RANK_ROLE_CPU_OF_PIPELINE) {
+        /* The whole job first (every rank, the GPU rank too, creates it), then the CPU ranks'. */
+        struct coll_options wo = {.strict = o->strict, .quiet = true};
+        s->world = coll_init(&wo);
+        coll_set_timeout(s->world, 3600); /* the GPU rank may be loading or evaluating a long prompt */
+        co.group = 1;
+    }
     s->coll = coll_init(&co);
     s->rank = coll_rank(s->coll);
     s->nranks = coll_size(s->coll);
@@ -100,7 +111,8 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
     /* Loading is unbalanced between ranks (page cache, node speed): wait longer meanwhile. */
     coll_set_timeout(s->coll, 600);
     const double t0 = nm_time_s();
-    struct model_load_params lp = {.rank = s->rank, .nranks = s->nranks, .pool = s->pool, .coll = s->coll};
+    struct model_load_params lp = {.rank = s->rank, .nranks = s->nranks, .pool = s->pool, .coll = s->coll,
+                                   .n_gpu_layers = o->launch.n_gpu_layers};
     enum nm_status st = model_load(path, &lp, &s->m, err, errlen);
     if (st) return st;
     s->t_load = nm_time_s() - t0;
@@ -118,16 +130,62 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
 enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
                               size_t errlen) {
     struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o->n_batch, .kv_type = o->kv_type};
-    return engine_init(&s->e, s->m, s->pool, s->coll, &ep, err, errlen);
+    enum nm_status st = NM_OK;
+    if (s->m->head_remote && s->rank == 0) {
+        const struct gpu_stage_params gp = {.device = 0, .layer_first = s->m->n_layer_local, .n_ctx = n_ctx,
+                                            .n_batch = o->n_batch, .kv_type = o->kv_type};
+        if (s->world) {
+            st = pipeline_remote_open(&ep.stage, s->world, o->launch.gpu_rank, &gp, &s->m->cfg, err, errlen);
+        } else {
+            struct gpu_stage *g;
+            if (!(st = gpu_stage_open(&g, s->m->file, &s->m->cfg, &gp, err, errlen))) ep.stage = pipeline_local(g);
+        }
+    }
+    /* Every CPU rank learns whether rank 0's stage opened, so that none waits alone. */
+    int32_t ok = st == NM_OK;
+    coll_bcast(s->coll, &ok, sizeof ok, 0);
+    if (!ok) return st ? st : nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "rank 0 could not open the GPU stage (see its message)");
+    if ((st = engine_init(&s->e, s->m, s->pool, s->coll, &ep, err, errlen))) pipeline_close(&ep.stage);
+    return st;
 }
 
 void session_close(struct session *s) {
-    engine_free(s->e);
+    engine_free(s->e); /* closes rank 0's GPU stage */
     tok_free(s->tok);
     model_free(s->m);
     pool_free(s->pool);
     coll_free(s->coll);
+    if (s->world) {
+        if (coll_rank(s->world) == 0) pipeline_remote_exit(s->world, coll_size(s->world) - 1);
+        coll_free(s->world);
+    }
     memset(s, 0, sizeof *s);
+}
+
+int session_serve_gpu(const struct session_opts *o) {
+    struct coll_options wo = {.strict = o->strict, .quiet = true};
+    struct coll *world = coll_init(&wo);
+    struct coll_options go = {.strict = o->strict, .quiet = true, .group = 2};
+    struct coll *alone = coll_init(&go); /* pairs with the CPU ranks' split into their own group */
+    coll_set_timeout(world, 1e6);        /* requests come when a user types (chat) */
+    nm_log_set_origin("gpu");
+    const int node = o->launch.gpu_node;
+    if (node >= 0 && arena_bind_process_to_node(node))
+        nm_log_info("GPU rank: world rank %d, bound to NUMA node %d, the GPU's (hwloc)", coll_rank(world), node);
+    else
+        nm_log_warn("GPU rank: world rank %d, not bound to the GPU's NUMA node (%s)", coll_rank(world),
+                    node < 0 ? "hwloc did not place the GPU" : "libnuma refused");
+    char err[1024];
+    struct gguf_file *f = NULL;
+    struct model_config cfg;
+    enum nm_status st = gguf_open(o->model, &f, err, sizeof err);
+    if (!st) st = model_config_read(f, &cfg, err, sizeof err);
+    if (st) nm_fatal("GPU rank: %s", err); /* the CPU ranks read the same file: they stop too */
+    pipeline_serve(world, 0, f, &cfg);
+    gguf_close(f);
+    coll_free(alone);
+    coll_free(world);
+    return 0;
 }
 
 enum nm_status session_tokenize(const struct session *s, const char *text, size_t len, bool add_special,

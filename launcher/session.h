@@ -23,7 +23,8 @@ struct session_opts {
 };
 
 struct session {
-    struct coll *coll;
+    struct coll *world;    /* with a GPU rank: the whole job (the pipeline's send/recv); else NULL */
+    struct coll *coll;     /* the CPU ranks */
     int rank, nranks;
     struct pool *pool;
     struct model *m;
@@ -34,17 +35,23 @@ struct session {
 
 /* The launcher side of a command that runs ranks (run, perplexity, bench workers): resolve the
  * default model when req->model is NULL, then decide how to run (launch.h): returns -1 when this
- * process goes on as a rank (so->launch filled, so->model and so->n_threads set), else the exit
- * status (0 after --dry-run, 1 after an error). When the job needs mpirun this does not return. */
+ * process goes on as a CPU rank (so->launch filled, so->model and so->n_threads set), else the
+ * exit status (0 after --dry-run, 1 after an error, the GPU rank's when this process was the GPU
+ * rank of the job and has served it). When the job needs mpirun this does not return. */
 int session_launch(struct launch_request *req, struct session_opts *so);
 
 /* Start collectives and threads, load this rank's shard and the tokenizer (a file without a
  * usable vocabulary only warns: token ids still work). Prints the model and the shard. */
 enum nm_status session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen);
-/* Create the engine with a KV cache of n_ctx tokens. */
+/* Create the engine with a KV cache of n_ctx tokens. With -ngl, rank 0 opens the GPU stage for
+ * the layers after the CPU ranks' (in this process, or on the GPU rank). */
 enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
                               size_t errlen);
 void session_close(struct session *s);
+
+/* The GPU rank of a job (launch role RANK_ROLE_GPU): bind to the GPU's NUMA node, then serve
+ * CPU rank 0's pipeline requests until the job ends. Returns the exit status. */
+int session_serve_gpu(const struct session_opts *o);
 
 /* Text to ids with the model's tokenizer (add_special: BOS/EOS as the model says; special
  * markers in the text are parsed). NM_ERR_UNSUPPORTED when the file has no tokenizer. */

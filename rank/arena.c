@@ -118,3 +118,15 @@ double arena_local_fraction(const struct arena *a, uint64_t *pages) {
     return -1;
 #endif
 }
+
+bool arena_bind_process_to_node(int node) {
+#ifdef NM_HAVE_NUMA
+    if (numa_available() < 0 || node > numa_max_node()) return false;
+    if (numa_run_on_node(node) != 0) return false;
+    numa_set_preferred(node);
+    return true;
+#else
+    (void)node;
+    return false;
+#endif
+}

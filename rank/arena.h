@@ -4,6 +4,7 @@
 #ifndef NM_ARENA_H
 #define NM_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,6 +17,10 @@ void arena_free(struct arena *a);
 /* Zero-filled, 64-byte aligned; fatal on failure, naming `what` and the node. */
 void *arena_alloc(struct arena *a, size_t bytes, const char *what);
 int arena_node(const struct arena *a);
+
+/* Run this process on the CPUs of NUMA node `node` and prefer its memory (the GPU rank, on the
+ * node its GPU is attached to). False when libnuma is missing or refuses. */
+bool arena_bind_process_to_node(int node);
 uint64_t arena_bytes(const struct arena *a);
 
 /* Ask the kernel (move_pages) where every page of every allocation is: returns the fraction on

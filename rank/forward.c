@@ -9,6 +9,7 @@
 #include "coll.h"
 #include "matmul.h"
 #include "ops.h"
+#include "sampler.h"
 
 struct engine {
     const struct model *m;
@@ -23,6 +24,7 @@ struct engine {
     int64_t n_past;
     engine_layer_hook hook;
     void *hook_ctx;
+    struct pipeline_stage stage; /* rank 0 with the head on the GPU rank: the layers after ours */
 
     /* Scratch for one chunk of up to n_batch tokens (rows). */
     float *x;        /* [n_batch][n_embd] residual stream */
@@ -64,8 +66,11 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         return nm_errf(err, errlen, NM_ERR_ARGS, "context size %lld; allowed are 1..16777216", (long long)n_ctx);
     if (p->n_batch < 1)
         return nm_errf(err, errlen, NM_ERR_ARGS, "batch size %d; it must be >= 1", p->n_batch);
+    if (m->head_remote && sh->rank == 0 && !p->stage.ops)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "the model's last layers belong to a GPU stage, but none was given");
     struct engine *e = calloc(1, sizeof *e);
     NM_ASSERT(e);
+    e->stage = p->stage;
     e->m = m;
     e->pool = pool;
     e->coll = coll;
@@ -120,6 +125,7 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
 
 void engine_free(struct engine *e) {
     if (!e) return;
+    pipeline_close(&e->stage);
     kv_cache_free(&e->kv);
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores,
                      e->router, e->exp_w, e->xg};
@@ -135,12 +141,37 @@ void engine_free(struct engine *e) {
     free(e);
 }
 
+/* gpu_stage_topk's limit on k. */
+#define ENGINE_STAGE_MAX_K 1024
+
+bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp) {
+    return e->m->head_remote && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
+}
+
+int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local) {
+    if (!engine_samples_on_stage(e, smp))
+        return sampler_sample_dist(smp, e->coll, local, e->m->shard.vocab.begin, e->n_vocab_l);
+    int k = 0;
+    int32_t ids[ENGINE_STAGE_MAX_K];
+    float vals[ENGINE_STAGE_MAX_K];
+    if (e->stage.ops) { /* rank 0 */
+        int n;
+        float penalty;
+        const int32_t *toks = sampler_penalty_tokens(smp, &n, &penalty);
+        k = sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K);
+        char err[512];
+        if (e->stage.ops->topk(e->stage.ctx, k, toks, n, penalty, ids, vals, err, sizeof err)) nm_fatal("%s", err);
+    }
+    return sampler_sample_candidates(smp, e->coll, ids, vals, k);
+}
+
 int64_t engine_n_past(const struct engine *e) { return e->n_past; }
 int64_t engine_n_ctx(const struct engine *e) { return e->kv.n_ctx; }
 const struct kv_cache *engine_kv(const struct engine *e) { return &e->kv; }
 void engine_truncate(struct engine *e, int64_t n_past) {
     NM_ASSERT(n_past >= 0 && n_past <= e->n_past);
     e->n_past = n_past;
+    if (e->stage.ops) e->stage.ops->truncate(e->stage.ctx, n_past);
 }
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) {
     e->hook = hook;
@@ -152,7 +183,12 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
     const int nr = coll_size(e->coll);
     size_t *bytes = malloc((size_t)nr * sizeof *bytes);
     NM_ASSERT(bytes);
-    for (int r = 0; r < nr; r++) bytes[r] = (size_t)range_len(shard_split(e->m->cfg.n_vocab, nr, r)) * sizeof(float);
+    const uint64_t mine = (uint64_t)e->n_vocab_l * sizeof(float);
+    uint64_t *all = malloc((size_t)nr * sizeof *all);
+    NM_ASSERT(all);
+    coll_allgather(e->coll, &mine, sizeof mine, all); /* vocabulary slices, or all on rank 0 */
+    for (int r = 0; r < nr; r++) bytes[r] = (size_t)all[r];
+    free(all);
     for (int i = 0; i < rows; i++)
         coll_allgatherv(e->coll, local + (int64_t)i * e->n_vocab_l, bytes, full + (int64_t)i * e->m->cfg.n_vocab);
     free(bytes);
@@ -368,7 +404,7 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
     }
     hook(e, -1, pos0, e->x, n);
 
-    for (int il = 0; il < c->n_layer; il++) {
+    for (int il = 0; il < m->n_layer_local; il++) {
         const struct layer_weights *L = &m->layers[il];
         norm_rows(e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
         attention_block(e, il, n, pos0);
@@ -378,6 +414,12 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
         hook(e, il, pos0, e->x, n);
     }
 
+    if (m->head_remote) { /* the GPU rank's layers and head; rank 0 alone talks to it */
+        char err[512];
+        if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, e->x, n, pos0, logits_all, logits, err, sizeof err))
+            nm_fatal("%s", err);
+        return;
+    }
     if (!logits && !e->hook) return;
     norm_rows(e->xn, e->x, m->output_norm, n, E, c->rms_eps);
     hook(e, c->n_layer, pos0, e->xn, n);

@@ -11,6 +11,7 @@
 
 #include "kv_cache.h"
 #include "model.h"
+#include "pipeline.h"
 #include "pool.h"
 
 struct coll;
@@ -19,11 +20,14 @@ struct engine_params {
     int64_t n_ctx;       /* tokens the KV cache holds; 0 = the model's training context */
     int n_batch;         /* most tokens per forward chunk (matrix rows); > 0 */
     enum dtype kv_type;  /* DTYPE_F16 or DTYPE_F32 */
+    /* With the head on the GPU rank (model->head_remote): rank 0's stage for the layers after
+     * this model's n_layer_local, taken over (closed by engine_free); NULL on the other ranks. */
+    struct pipeline_stage stage;
 };
 
 /* Called after each layer of a chunk with the residual stream x[n_tokens][n_embd]:
  * layer -1 after the embedding lookup, 0..n_layer-1 after each block, n_layer after the final
- * norm (result_norm). pos0 is the position of the chunk's first token. */
+ * norm (result_norm); only for the layers this rank computes (not those of the GPU rank). pos0 is the position of the chunk's first token. */
 typedef void (*engine_layer_hook)(void *ctx, int layer, int64_t pos0, const float *x, int n_tokens, int64_t n_embd);
 
 struct engine;
@@ -40,6 +44,15 @@ void engine_free(struct engine *e);
  * do not fit in the context or an id is out of range. Collective. */
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen);
+
+/* Sampling the next token from the last evaluated position, collective: every rank returns it.
+ * With the head on the GPU rank and a sampler that needs only its top k (greedy, or top-k set:
+ * engine_samples_on_stage), the GPU makes the candidates and only they come back; engine_eval
+ * may then be given logits = NULL on every rank. Otherwise local is this rank's logits slice
+ * from engine_eval. */
+struct sampler;
+bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp);
+int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local);
 
 int64_t engine_n_past(const struct engine *e);
 int64_t engine_n_ctx(const struct engine *e);

@@ -469,12 +469,34 @@ static enum nm_status bind_layer(struct binder *b, int il, struct layer_weights 
     return NM_OK;
 }
 
-/* Everything except the layers: embedding (left in the mapped file: one row is read per token),
- * output norm, output head rows, optional bias and RoPE factors. */
-static enum nm_status bind_globals(struct binder *b) {
+/* The output head: this rank's vocabulary rows of output.weight (of token_embd.weight when
+ * tied) and of the optional bias. */
+static enum nm_status bind_head(struct binder *b, const struct gguf_tensor *te) {
     struct model *m = b->m;
     const struct model_config *c = &m->cfg;
     const struct range V = m->shard.vocab, E = whole(c->n_embd);
+    enum nm_status st;
+    if (m->output_tied && !b->copy) {
+        /* The head reads this rank's rows of the embedding table: count its bytes, not the
+         * parameters again. */
+        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
+        nm_log_info("output.weight absent: output head tied to token_embd.weight");
+    } else if (m->output_tied) {
+        m->output = weight_rows(m->tok_embd.type, c->n_embd, range_len(V), copy_slice(b, te, V, E));
+        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
+    } else {
+        if ((st = bind_matmul(b, "output.weight", c->n_embd, c->n_vocab, true, V, E, &m->output))) return st;
+        if (!b->copy) b->type_count[m->output.type]++;
+    }
+    return bind_vec(b, "output.bias", c->n_vocab, false, V, &m->output_bias);
+}
+
+/* Everything except the layers: embedding (left in the mapped file: one row is read per token),
+ * output norm, output head rows, optional bias and RoPE factors. With the head on the GPU rank
+ * it is checked (first pass) but neither counted nor loaded. */
+static enum nm_status bind_globals(struct binder *b) {
+    struct model *m = b->m;
+    const struct model_config *c = &m->cfg;
     enum nm_status st;
     const struct gguf_tensor *te;
     if ((st = find_tensor(b, "token_embd.weight", true, &te))) return st;
@@ -488,35 +510,22 @@ static enum nm_status bind_globals(struct binder *b) {
         m->weight_bytes += te->size;
         m->n_params += (uint64_t)(c->n_embd * c->n_vocab);
     }
-    if ((st = bind_vec(b, "output_norm.weight", c->n_embd, true, E, &m->output_norm))) return st;
+    if ((st = bind_vec(b, "output_norm.weight", c->n_embd, true, whole(c->n_embd), &m->output_norm))) return st;
     m->output_tied = !gguf_find_tensor(m->file, "output.weight");
-    const char *head = m->output_tied ? "token_embd.weight" : "output.weight";
-    if (m->output_tied && !b->copy) {
-        /* The head reads this rank's rows of the embedding table: count its bytes, not the
-         * parameters again. */
-        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
-        nm_log_info("output.weight absent: output head tied to token_embd.weight");
-    } else if (m->output_tied) {
-        m->output = weight_rows(m->tok_embd.type, c->n_embd, range_len(V), copy_slice(b, te, V, E));
-        b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
-    } else {
-        if ((st = bind_matmul(b, head, c->n_embd, c->n_vocab, true, V, E, &m->output))) return st;
-        if (!b->copy) b->type_count[m->output.type]++;
-    }
-    if ((st = bind_vec(b, "output.bias", c->n_vocab, false, V, &m->output_bias))) return st;
-    if ((st = bind_vec(b, "rope_freqs.weight", c->n_rot / 2, false, whole(c->n_rot / 2), &m->rope_freqs))) return st;
-    return NM_OK;
+    const uint64_t before = b->copy_bytes;
+    if (!(b->copy && m->head_remote) && (st = bind_head(b, te))) return st;
+    if (m->head_remote) b->copy_bytes = before;
+    return bind_vec(b, "rope_freqs.weight", c->n_rot / 2, false, whole(c->n_rot / 2), &m->rope_freqs);
 }
 
 /* Load progress of all ranks, summed on every rank once per layer (every rank loads the layers
  * in the same order) and printed by rank 0 every few seconds. total_mib: all ranks' bytes. */
-static void report_progress(struct binder *b, int layer, float total_mib, double t0, double *last) {
+static void report_progress(struct binder *b, int layer, int64_t n_layer, float total_mib, double t0, double *last) {
     float done = (float)((double)b->copy_bytes / (1 << 20));
     if (b->p->coll) coll_allreduce_sum_f32(b->p->coll, &done, &done, 1);
     const double now = nm_time_s();
-    if (b->p->rank == 0 && (now - *last > 2.0 || layer + 1 == b->m->cfg.n_layer)) {
-        nm_log_info("loading: %d/%lld layers, %.0f of %.0f MiB (all ranks), %.2f GB/s", layer + 1,
-                    (long long)b->m->cfg.n_layer, done, total_mib, (double)done * (1 << 20) / 1e9 / (now - t0));
+    if (b->p->rank == 0 && (now - *last > 2.0 || layer + 1 == n_layer)) {
+        nm_log_info("loading: %d/%lld layers, %.0f of %.0f MiB (all ranks), %.2f GB/s", layer + 1, (long long)n_layer, done, total_mib, (double)done * (1 << 20) / 1e9 / (now - t0));
         *last = now;
     }
 }
@@ -530,8 +539,11 @@ static enum nm_status bind_all(struct binder *b) {
     enum nm_status st = bind_globals(b);
     if (st) return st;
     for (int il = 0; il < b->m->cfg.n_layer; il++) {
+        if (b->copy && il >= b->m->n_layer_local) break; /* the GPU rank's layers: checked only */
+        const uint64_t before = b->copy_bytes;
         if ((st = bind_layer(b, il, &b->m->layers[il]))) return st;
-        if (b->copy) report_progress(b, il, total_mib, t0, &last);
+        if (il >= b->m->n_layer_local) b->copy_bytes = before;
+        if (b->copy) report_progress(b, il, b->m->n_layer_local, total_mib, t0, &last);
     }
     return NM_OK;
 }
@@ -555,6 +567,14 @@ enum nm_status model_load_file(struct gguf_file *f, const struct model_load_para
     struct shard_types types = {.wo = wo && dtype_get(wo->type) ? (enum dtype)wo->type : DTYPE_F32,
                                 .w_down = down && dtype_get(down->type) ? (enum dtype)down->type : DTYPE_F32};
     if ((st = shard_plan(c, &types, p->rank, p->nranks, &m->shard, err, errlen))) goto fail;
+    if (p->n_gpu_layers < 0) {
+        st = nm_errf(err, errlen, NM_ERR_ARGS, "-ngl %lld: the GPU layer count must be >= 0", (long long)p->n_gpu_layers);
+        goto fail;
+    }
+    m->n_layer_local = c->n_layer - NM_MIN(p->n_gpu_layers, c->n_layer);
+    m->head_remote = p->n_gpu_layers > 0;
+    if (m->head_remote) /* rank 0 receives the whole vocabulary's logits from the GPU rank */
+        m->shard.vocab = p->rank == 0 ? (struct range){0, c->n_vocab} : (struct range){c->n_vocab, c->n_vocab};
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
     NM_ASSERT(m->layers);
 

@@ -86,7 +86,11 @@ struct model {
     bool output_tied;
     const float *output_bias;   /* [vocab_local] f32, optional (qwen2) */
     const float *rope_freqs;    /* [n_rot/2] f32, optional (Llama 3.1 long-context factors) */
-    struct layer_weights *layers;
+    struct layer_weights *layers;  /* [n_layer]; only [0, n_layer_local) are loaded */
+    int64_t n_layer_local;      /* layers this rank computes: n_layer minus those on the GPU rank */
+    bool head_remote;           /* output norm and head run on the GPU rank (-ngl >= 1): shard.vocab
+                                   is then the whole vocabulary on rank 0 and empty elsewhere, so
+                                   rank 0 receives the logits and sampling is unchanged */
     uint64_t weight_bytes;      /* bytes of all tensors of the whole model (token_embd once) */
     uint64_t n_params;          /* parameters of the whole model */
     uint64_t loaded_bytes;      /* bytes this rank copied into its arena */
@@ -99,6 +103,8 @@ struct model_load_params {
     int rank, nranks;           /* the shard to load; 0 of 1 for a single rank */
     struct pool *pool;          /* threads (bound to the rank's cores) that copy the slices */
     struct coll *coll;          /* optional: aggregates load progress on rank 0 */
+    int64_t n_gpu_layers;       /* -ngl: the last this many layers and the output head belong to the
+                                   GPU rank and are checked but not loaded here; 0: none */
 };
 
 /* Open a GGUF file, read its configuration, check every tensor's type and shape, and load this

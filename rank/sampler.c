@@ -208,9 +208,9 @@ int32_t sampler_sample(struct sampler *s, const float *logits) {
     return pick(s, s->cands, local_candidates(s, logits, 0, s->n_vocab));
 }
 
-int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local) {
+/* Gather every rank's n candidates (in s->cands), pick on rank 0, broadcast. */
+static int32_t gather_and_pick(struct sampler *s, struct coll *c, int64_t n) {
     const int nr = coll_size(c), rank = coll_rank(c);
-    const int64_t n = local_candidates(s, local, v0, n_local);
     int64_t *counts = malloc((size_t)nr * sizeof *counts);
     size_t *bytes = malloc((size_t)nr * sizeof *bytes);
     NM_ASSERT(counts && bytes);
@@ -230,4 +230,26 @@ int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *loca
     free(bytes);
     free(counts);
     return token;
+}
+
+int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local) {
+    return gather_and_pick(s, c, local_candidates(s, local, v0, n_local));
+}
+
+int32_t sampler_sample_candidates(struct sampler *s, struct coll *c, const int32_t *ids, const float *logits, int64_t n) {
+    NM_ASSERT(n >= 0 && n <= s->n_vocab);
+    for (int64_t i = 0; i < n; i++) s->cands[i] = (struct cand){.id = ids[i], .logit = logits[i]};
+    return gather_and_pick(s, c, n);
+}
+
+int sampler_candidates_needed(const struct sampler *s, int max_k) {
+    if (s->p.temp <= 0) return 1;
+    if (s->p.top_k > 0 && s->p.top_k <= max_k && s->p.top_k <= s->n_vocab) return s->p.top_k;
+    return 0;
+}
+
+const int32_t *sampler_penalty_tokens(const struct sampler *s, int *n, float *penalty) {
+    *n = s->p.repeat_penalty != 1.0f ? s->n_recent : 0;
+    *penalty = s->p.repeat_penalty;
+    return s->recent;
 }

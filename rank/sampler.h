@@ -39,6 +39,16 @@ int32_t sampler_sample(struct sampler *s, const float *logits);
  * v0 .. v0+n_local-1); every rank returns the same token. Every rank's sampler must have
  * accepted the same tokens. */
 int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local);
+/* Candidates made elsewhere (the GPU stage's top-k, penalty applied): ids[n], logits[n] on
+ * rank 0, n = 0 on the others. Collective: rank 0 picks with the remaining steps (top-k, top-p,
+ * min-p, temperature, draw) and every rank returns its token. */
+int32_t sampler_sample_candidates(struct sampler *s, struct coll *c, const int32_t *ids, const float *logits, int64_t n);
+/* How many candidates a top-k made before sampling must hold for the same result as the full
+ * logits: 1 for greedy, top_k when it is set and at most max_k; 0 when no such k exists. */
+int sampler_candidates_needed(const struct sampler *s, int max_k);
+/* The tokens the repetition penalty looks at (*n of them, in ring order) and its factor. */
+const int32_t *sampler_penalty_tokens(const struct sampler *s, int *n, float *penalty);
+
 /* Index of the largest logit (ties: the lowest index). */
 int32_t sampler_argmax(const float *logits, int64_t n);
 

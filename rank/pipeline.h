@@ -1,0 +1,70 @@
+/* The pipeline stage after the CPU ranks' layers: with -ngl K the last K layers, the output norm
+ * and the output head run on a CUDA device (rank/gpu_stage.h). Only CPU rank 0 talks to the
+ * stage: the residual stream after the CPU layers goes in, logits come back to rank 0, which
+ * holds the whole vocabulary's slice (model.h, head_remote), so sampling is unchanged. Nothing
+ * else crosses: the stage keeps its own KV cache for its layers.
+ *
+ * One interface, two places for the device:
+ *   local   this process drives the GPU (the single-rank fallback, no mpirun);
+ *   remote  the GPU rank of an mpirun job (the launcher's second app context): messages over
+ *           coll_send/coll_recv of the job's world, served by pipeline_serve on that rank.
+ */
+#ifndef NM_PIPELINE_H
+#define NM_PIPELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base.h"
+
+struct coll;
+struct gguf_file;
+struct gpu_stage;
+struct gpu_stage_params;
+struct model_config;
+
+struct pipeline_stage_ops {
+    /* Evaluate n tokens at positions pos0 .. pos0+n-1 from hidden[n][n_embd] (the residual
+     * stream after the last CPU layer). logits: NULL for none, else [n][n_vocab] when
+     * logits_all, else [1][n_vocab] for the last token. Any length: the stage chunks. */
+    enum nm_status (*eval)(void *ctx, const float *hidden, int n, int64_t pos0, bool logits_all, float *logits,
+                           char *err, size_t errlen);
+    /* The k best (id, logit) candidates of the last evaluated row, after the repetition penalty
+     * over tokens[n_tokens] (gpu_stage_topk): only they come back, not the vocabulary. */
+    enum nm_status (*topk)(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
+                           float *vals, char *err, size_t errlen);
+    /* Forget positions >= n_past. */
+    void (*truncate)(void *ctx, int64_t n_past);
+    /* Release the stage (remote: tell the GPU rank to stop serving). */
+    void (*close)(void *ctx);
+};
+
+struct pipeline_stage {
+    const struct pipeline_stage_ops *ops;
+    void *ctx;
+};
+
+/* This process's own GPU stage (taken over: closed with the pipeline). */
+struct pipeline_stage pipeline_local(struct gpu_stage *g);
+
+/* Ask the GPU rank `peer` of the job whose world collectives are `world` (send/recv only) to
+ * open a stage with p; its status comes back (a failure names what the GPU rank found). */
+enum nm_status pipeline_remote_open(struct pipeline_stage *out, struct coll *world, int peer,
+                                    const struct gpu_stage_params *p, const struct model_config *cfg, char *err,
+                                    size_t errlen);
+/* Tell the GPU rank that the job is over (after its stages are closed). */
+void pipeline_remote_exit(struct coll *world, int peer);
+
+/* On the GPU rank: serve CPU rank `peer` (open, evaluate, truncate, close, as often as asked)
+ * until it says the job is over. f and cfg are the model the CPU ranks run. A failing
+ * evaluation stops the job (nm_fatal names it): the CPU ranks cannot go on without logits. */
+void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, const struct model_config *cfg);
+
+static inline void pipeline_close(struct pipeline_stage *p) {
+    if (p->ops && p->ops->close) p->ops->close(p->ctx);
+    p->ops = NULL;
+    p->ctx = NULL;
+}
+
+#endif
