@@ -86,12 +86,12 @@ void kern_act_quantize(struct pool *pool, struct act *x);
  * Packed layouts. Q_TILE16 computes exactly the integer block products of vec_dot_ref (q8x
  * activations) and applies the per-block scales in f32, one fma per block per row, in K order:
  * lanes are rows, so output row j's bits depend only on row j's bytes and the input, never on n,
- * on j's position in the slice or on the threads. m < KERN_MATMUL_AMX_MIN_M (and any m without
- * AMX) runs the AVX-512 VNNI kernel, whose results for a row are the same bits for every m;
- * m >= KERN_MATMUL_AMX_MIN_M with AMX-INT8 runs int8 tiles (TDPBSUD) with the same per-block f32
+ * on j's position in the slice or on the threads. m < kern_matmul_amx_min_m(type) (and any m
+ * without AMX) runs the AVX-512 VNNI kernel, whose results for a row are the same bits for every m;
+ * larger m with AMX-INT8 runs int8 tiles (TDPBSUD) with the same per-block f32
  * arithmetic (in the same order, so the same bits). F_PAIR16 with the VNNI path widens f16/bf16
  * exactly to f32 and uses f32 FMA with f32 activations (as exact as the ROWS kernels); with
- * AMX-BF16 (m >= KERN_MATMUL_AMX_MIN_M) weights and activations are rounded to bf16 (F16 weights
+ * AMX-BF16 (m >= kern_matmul_amx_min_m) weights and activations are rounded to bf16 (F16 weights
  * lose 3 mantissa bits, activations 16) and products summed in f32 by TDPBF16PS: relative error
  * ~2^-8 per product, well inside the model tolerance of F16/BF16 (3e-2 logits). The switch
  * depends on m only, so every rank of a tensor-parallel job takes the same path. */
@@ -118,11 +118,13 @@ void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct a
  * (tests pack the same rows and compare). */
 void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ldy);
 
-/* Smallest m that takes the AMX tile path for packed weights (when the CPU has AMX and the OS
- * granted it). Measured on the device Xeon (tests/bench/RESULTS.md, "Kernels: packed layouts,
- * AMX"): below it the VNNI kernel, which streams each weight byte once per 4 activation rows,
- * is as fast or faster. */
-#define KERN_MATMUL_AMX_MIN_M 8
+/* Smallest m that takes the AMX tile path for a packed weight of `type` (when the CPU has AMX
+ * and the OS granted it), or INT_MAX where the tiles never won. Measured on the device Xeon
+ * (tests/bench/RESULTS.md, "Kernels: packed layouts, AMX"; 4096x14336, 2 and 16 threads): bf16
+ * tiles beat the VNNI/FMA kernel from m = 6-8 (F16/BF16: 8); int8 tiles, whose per-32-block f32
+ * post-processing costs more than the TDPBSUD itself, only from m = 24-32 for Q4_0/Q4_1/Q4_K/
+ * Q5_K (32), and never for Q8_0 and Q6_K (0.6-1.0x of VNNI at m = 512). */
+int kern_matmul_amx_min_m(enum dtype type);
 
 /* Which kernel family kern_matmul / kern_matmul_chunked_f64 use for packed layouts. AUTO is
  * the production choice (by m and the CPU, above); the others force one family, for tests and

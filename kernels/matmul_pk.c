@@ -2,6 +2,7 @@
  * by m and the CPU, or forced), prepares the activations once per call (q8x, or f32/bf16 rows
  * zero-padded to whole 32-column units) and splits the row groups over the pool's threads. A
  * row's output never depends on that split: each kernel computes row r of a group in lane r. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,18 @@ bool kern_amx_available(void) {
     return isa_is_avx512() && cpu_has_amx_int8(f) && cpu_has_amx_bf16(f);
 }
 
+int kern_matmul_amx_min_m(enum dtype type) {
+    switch (type) {
+    case DTYPE_F16:
+    case DTYPE_BF16: return 8;
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_1:
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: return 32;
+    default: return INT_MAX; /* Q8_0, Q6_K: the VNNI kernel measured faster at every m */
+    }
+}
+
 typedef void (*pk_fn)(const struct pk_args *);
 
 static pk_fn pk_choose(enum dtype t, int m, bool *amx) {
@@ -31,7 +44,7 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx) {
     *amx = false;
     switch (g_path) {
     case KERN_PATH_AUTO:
-        if (amx_ok && m >= KERN_MATMUL_AMX_MIN_M) {
+        if (amx_ok && m >= kern_matmul_amx_min_m(t)) {
             *amx = true;
             return pk_gemm_amx;
         }

@@ -155,27 +155,43 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const u
     }
 }
 
-/* F16/BF16 pair unit: 16 lines, line p = columns 2p (low half of each dword), 2p + 1 (high). */
+/* F16/BF16 pair unit: 16 lines, line p = columns 2p (low half of each dword), 2p + 1 (high).
+ * BF16: lanes = rows; acc0 takes the even columns, acc1 the odd ones. F16: each 32-byte half of
+ * a line widens in place (vcvtph2ps) to rows 0-7 / 8-15 with the even and odd columns
+ * interleaved, multiplied by the broadcast activation pair: acc0 holds rows 0-7, acc1 rows 8-15,
+ * and pk_group adds each row's even and odd lanes at the end, so every row gets the same
+ * operations as with BF16 (even chain + odd chain). */
 NM_INLINE void unit_f(const enum dtype t, const int C, const uint8_t *u, const uint8_t *act, size_t as, int64_t col0,
                       __m512 *acc0, __m512 *acc1) {
     const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
     NM_UNROLL for (int p = 0; p < 16; p++) {
-        const __m512i v = _mm512_loadu_si512(u + 64 * p);
         __m512 w0, w1;
         if (t == DTYPE_BF16) {
+            const __m512i v = _mm512_loadu_si512(u + 64 * p);
             w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
             w1 = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
         } else {
-            w0 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-            w1 = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+            w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p)));
+            w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p + 32)));
         }
         NM_UNROLL for (int c = 0; c < C; c++) {
             const float *x = (const float *)(act + (size_t)c * as) + col0 + 2 * p;
-            acc0[c] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[0]), acc0[c]);
-            acc1[c] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[1]), acc1[c]);
+            if (t == DTYPE_BF16) {
+                acc0[c] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[0]), acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[1]), acc1[c]);
+            } else {
+                double pair;
+                memcpy(&pair, x, 8);
+                const __m512 xp = _mm512_castpd_ps(_mm512_set1_pd(pair));
+                acc0[c] = _mm512_fmadd_ps(w0, xp, acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(w1, xp, acc1[c]);
+            }
         }
     }
 }
+
+static const int32_t k_even_idx[16] __attribute__((aligned(64))) = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int32_t k_odd_idx[16] __attribute__((aligned(64))) = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
 
 NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int64_t nu, const uint8_t *act,
                         size_t as, float *y, int64_t ldy, __mmask16 rows, int pf) {
@@ -191,8 +207,14 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
         if (fl) unit_f(t, C, up, act, as, 32 * u, acc, acc1);
         else unit_q(t, C, up, act, as, ublk * u, acc);
     }
-    NM_UNROLL for (int c = 0; c < C; c++)
-        _mm512_mask_storeu_ps(y + c * ldy, rows, fl ? _mm512_add_ps(acc[c], acc1[c]) : acc[c]);
+    NM_UNROLL for (int c = 0; c < C; c++) {
+        __m512 r = acc[c];
+        if (t == DTYPE_BF16) r = _mm512_add_ps(acc[c], acc1[c]);
+        if (t == DTYPE_F16)
+            r = _mm512_add_ps(_mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_even_idx), acc1[c]),
+                              _mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_odd_idx), acc1[c]));
+        _mm512_mask_storeu_ps(y + c * ldy, rows, r);
+    }
 }
 
 typedef void (*pk_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, int64_t ldy,
