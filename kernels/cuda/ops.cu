@@ -424,21 +424,25 @@ extern "C" void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int 
     const int32_t *src_ids = NULL;
     int cur = 0;
     if (n_pen > 0 && penalty != 1.0f) {
-        /* Distinct ids inside the vocabulary, each penalized once (as the CPU sampler). */
-        int32_t *u = c->pin_ids;
+        /* Distinct ids inside the vocabulary, each penalized once (as the CPU sampler), sent in
+         * pieces of CUK_TOPK_MAX through the pinned buffer (waiting before it is refilled). */
+        int32_t *tmp = (int32_t *)malloc((size_t)n_pen * sizeof *tmp);
+        NM_ASSERT(tmp);
+        memcpy(tmp, pen_ids, (size_t)n_pen * sizeof *tmp);
+        qsort(tmp, (size_t)n_pen, sizeof *tmp, cmp_i32);
         int nu = 0;
-        int32_t tmp[CUK_TOPK_MAX];
-        const int np = NM_MIN(n_pen, CUK_TOPK_MAX);
-        memcpy(tmp, pen_ids + (n_pen - np), (size_t)np * sizeof *tmp); /* the most recent ones */
-        qsort(tmp, (size_t)np, sizeof *tmp, cmp_i32);
-        for (int i = 0; i < np; i++)
-            if (tmp[i] >= 0 && tmp[i] < n && (nu == 0 || u[nu - 1] != tmp[i])) u[nu++] = tmp[i];
+        for (int i = 0; i < n_pen; i++)
+            if (tmp[i] >= 0 && tmp[i] < n && (nu == 0 || tmp[nu - 1] != tmp[i])) tmp[nu++] = tmp[i];
         cuk_d2d(c, vb[0], logits, (size_t)n * sizeof(float));
-        if (nu > 0) {
-            cuk_h2d(c, c->dev_pen, u, (size_t)nu * sizeof(int32_t));
-            penalty_kernel<<<(nu + 127) / 128, 128, 0, c->stream>>>(vb[0], c->dev_pen, nu, penalty);
+        for (int done = 0; done < nu; done += CUK_TOPK_MAX) {
+            const int cnt = NM_MIN(CUK_TOPK_MAX, nu - done);
+            if (done) cuk_sync(c);
+            memcpy(c->pin_ids, tmp + done, (size_t)cnt * sizeof(int32_t));
+            cuk_h2d(c, c->dev_pen, c->pin_ids, (size_t)cnt * sizeof(int32_t));
+            penalty_kernel<<<(cnt + 127) / 128, 128, 0, c->stream>>>(vb[0], c->dev_pen, cnt, penalty);
             CUK_LAUNCHED("repetition penalty");
         }
+        free(tmp);
         src = vb[0];
         cur = 1;
     }

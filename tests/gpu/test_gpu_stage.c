@@ -44,6 +44,22 @@ static void record(void *ctx, int layer, int64_t pos0, const float *x, int n, in
     memcpy(r->hidden + ((int64_t)(layer + 1) * r->n_pos + pos0) * n_embd, x, (size_t)(n * n_embd) * sizeof(float));
 }
 
+/* The GPU stage's hook: each layer's residual stream against the CPU's, worst rel L2 per layer. */
+struct cmp {
+    const struct rec *cpu;
+    double worst[64];
+};
+
+static void compare_layer(void *ctx, int layer, int64_t pos0, const float *x, int n, int64_t n_embd) {
+    struct cmp *c = ctx;
+    if (layer < 0 || layer >= 63) return;
+    const float *want = c->cpu->hidden + ((int64_t)(layer + 1) * c->cpu->n_pos + pos0) * n_embd;
+    for (int i = 0; i < n; i++) {
+        const double d = gtest_rel_l2(x + (int64_t)i * n_embd, want + (int64_t)i * n_embd, n_embd);
+        if (d > c->worst[layer]) c->worst[layer] = d;
+    }
+}
+
 static double tolerance(enum dtype t) {
     if (t == DTYPE_F32) return 5e-3;
     if (t == DTYPE_F16 || t == DTYPE_BF16) return 3e-2;
@@ -92,7 +108,9 @@ int main(int argc, char **argv) {
 
     /* ---- CPU run ---- */
     struct engine *e;
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = n_batch, .kv_type = kv};
+    /* The CPU reference runs in chunks of 8 rows (the path every short test checks); --long also
+     * runs it in chunks of 512 and reports whether that agrees. The GPU uses n_batch. */
+    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = 8, .kv_type = kv};
     if (engine_init(&e, m, pool, coll, &ep, err, sizeof err)) {
         fprintf(stderr, "engine_init: %s\n", err);
         return 1;
@@ -122,6 +140,21 @@ int main(int argc, char **argv) {
         }
     }
     /* hidden for layer_first = 0 is the embedding (hook layer -1, index 0). */
+    if (long_prompt) {
+        /* The CPU itself with chunks of 512 instead of 8: a disagreement here is the CPU's. */
+        struct engine *e8;
+        struct engine_params ep8 = {.n_ctx = n_ctx, .n_batch = 512, .kv_type = kv};
+        float *l8 = malloc((size_t)V * sizeof(float));
+        if (engine_init(&e8, m, pool, coll, &ep8, err, sizeof err) || engine_eval(e8, tokens, n_prompt, false, l8, err, sizeof err)) {
+            fprintf(stderr, "engine (n_batch 8): %s\n", err);
+            return 1;
+        }
+        const double d = gtest_rel_l2(l8, cpu_logits, V);
+        printf("CPU engine, last prompt row, n_batch 512 vs 8: rel L2 %.2e%s\n", d,
+               d > tolerance(type) ? " WARNING: the CPU engine's result depends on its chunk size (its prefill path)" : "");
+        engine_free(e8);
+        free(l8);
+    }
 
     /* ---- GPU runs ---- */
     int64_t firsts[4] = {0, 1, L / 2, L};
@@ -139,10 +172,18 @@ int main(int argc, char **argv) {
             continue;
         }
         const float *h = rec.hidden + lf * n_pos * E;
+        struct cmp cmp = {.cpu = &rec};
+        if (long_prompt) gpu_stage_set_layer_hook(s, compare_layer, &cmp);
         if (gpu_stage_eval(s, h, n_prompt, 0, !long_prompt, gpu_logits, err, sizeof err)) {
             FAIL("gpu_stage_eval: %s", err);
             gpu_stage_free(s);
             continue;
+        }
+        if (long_prompt) {
+            gpu_stage_set_layer_hook(s, NULL, NULL);
+            for (int64_t il = lf; il < L; il++)
+                printf("  layer_first=%lld: layer %lld residual stream vs CPU over the prompt: worst row rel L2 %.2e\n",
+                       (long long)lf, (long long)il, cmp.worst[il]);
         }
         int mism = 0, close_calls = 0;
         for (int g = 0; g < n_gen; g++) {
