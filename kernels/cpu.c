@@ -5,6 +5,8 @@
 
 #include <cpuid.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +58,24 @@ static void features_detect(void) {
         __cpuid_count(7, 1, a, b, c, d);
         f->avx512bf16 = os_zmm && ((a >> 5) & 1);
     }
+    if (f->amx_tile) {
+        /* Linux >= 5.16 keeps the 8 KiB tile data state off until the process asks for it;
+         * without the permission the first tile instruction raises SIGILL. */
+        enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+        if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) {
+            f->amx_os_perm = true;
+        } else {
+            nm_log_warn("kernels: the OS refused AMX (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA): %s);"
+                        " no AMX tiles, AVX-512 kernels instead", nm_strerror_errno());
+        }
+    }
+}
+
+bool cpu_has_amx_int8(const struct cpu_features *f) {
+    return f->amx_tile && f->amx_int8 && f->amx_os_perm && cpu_avx512_missing(f) == NULL;
+}
+bool cpu_has_amx_bf16(const struct cpu_features *f) {
+    return f->amx_tile && f->amx_bf16 && f->amx_os_perm && cpu_avx512_missing(f) == NULL;
 }
 
 const struct cpu_features *cpu_features_get(void) {
@@ -127,6 +147,7 @@ static void tables_init(void) {
     SET_REF(Q6_K)
 #undef SET_REF
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
+    g_ref.pk_gemm = pk_gemm_ref;
 
     /* The avx512 table starts as a copy of ref, so a type without a fast kernel still works;
      * the x86-avx512 files overwrite the slots they implement. */
@@ -140,8 +161,7 @@ const struct kern_isa *kern_isa_ref(void) {
     return &g_ref;
 }
 
-/* Why this CPU cannot run the avx512 path, or NULL if it can. */
-static const char *avx512_missing(const struct cpu_features *f) {
+const char *cpu_avx512_missing(const struct cpu_features *f) {
     if (!f->os_avx512) return "the CPU or OS lacks AVX-512 state (XCR0)";
     if (!f->avx512f) return "no AVX512F";
     if (!f->avx512bw) return "no AVX512BW";
@@ -157,7 +177,7 @@ const struct kern_isa *kern_isa_find(const char *name, const char **why) {
     const char *missing = NULL;
     if (strcmp(name, "ref") == 0) return &g_ref;
     if (strcmp(name, "avx512") == 0) {
-        missing = avx512_missing(cpu_features_get());
+        missing = cpu_avx512_missing(cpu_features_get());
         if (!missing) return &g_avx512;
     } else {
         missing = "unknown ISA name (known: avx512, ref)";

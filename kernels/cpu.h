@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "packed.h"
 #include "quant.h"
 
 struct cpu_features {
@@ -15,6 +16,10 @@ struct cpu_features {
     bool avx512dq;      /* added: the avx512 files are built with -mavx512dq */
     bool os_avx512;     /* added: XCR0 says the OS saves the zmm/opmask state */
     bool amx_tile, amx_int8, amx_bf16; /* CPUID bits only; OS permission is separate */
+    /* Added (issue 4): the OS let this process use the AMX tile data state. Linux asks for it
+     * with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18); cpu_features_get requests
+     * it once (when CPUID has AMX-TILE) and logs a refusal once. A refusal means no AMX. */
+    bool amx_os_perm;
 };
 
 /* Kernel table for one ISA path. Slots never NULL once kern_isa_get() returned. */
@@ -31,10 +36,23 @@ struct kern_isa {
      * and each activation load serves several weight rows (decode, nc = 1). Indexed by dtype. */
     void (*gemm[DTYPE_COUNT])(int64_t n, const void *w, size_t w_stride, int nr, const void *act,
                               size_t act_stride, int nc, float *y, int64_t ldy);
+    /* Added (issue 4). The packed layouts' kernel (packed.h: struct pk_args); pk_gemm_ref in the
+     * ref table. */
+    void (*pk_gemm)(const struct pk_args *a);
 };
 
-/* CPUID, read once. */
+/* CPUID, read once (and the AMX permission requested once, see amx_os_perm). */
 const struct cpu_features *cpu_features_get(void);
+
+/* Why a CPU with features f cannot run the avx512 kernel path (a short phrase such as "no
+ * AVX512_VNNI"), or NULL if it can. Works on any feature set (the layout planner's simulated
+ * CPUs too). */
+const char *cpu_avx512_missing(const struct cpu_features *f);
+
+/* Whether f can run AMX int8 / bf16 tiles: the CPUID bits, the OS permission and the avx512
+ * path (the tile kernels use AVX-512 around the tiles). */
+bool cpu_has_amx_int8(const struct cpu_features *f);
+bool cpu_has_amx_bf16(const struct cpu_features *f);
 
 /* The kernel table. The first call chooses the path: "avx512" when AVX512F+BW+VL+VNNI are
  * present, else "ref"; NM_ISA=ref in the environment forces the reference path. The choice is

@@ -9,8 +9,11 @@
  * so a weight byte read from memory serves every token of the block while it stays in cache. */
 #include "matmul.h"
 
+#include <string.h>
+
 #include "base.h"
 #include "cpu.h"
+#include "matmul_internal.h"
 
 /* Activation rows per block: as many as fit in about MM_X_BLOCK_BYTES of q8x (the kernel's
  * packed copy is as big), between 4 and 64 and a multiple of 4. */
@@ -26,6 +29,8 @@ const char *weight_layout_name(enum weight_layout l) {
     switch (l) {
     case WEIGHT_LAYOUT_NONE: return "none";
     case WEIGHT_LAYOUT_ROWS: return "rows";
+    case WEIGHT_LAYOUT_Q_TILE16: return "q_tile16";
+    case WEIGHT_LAYOUT_F_PAIR16: return "f_pair16";
     }
     return "unknown";
 }
@@ -40,6 +45,7 @@ struct weight weight_rows(enum dtype type, int64_t k, int64_t n, const void *dat
         .k = k,
         .n = n,
         .row_bytes = dtype_row_size(type, k),
+        .bytes = dtype_row_size(type, k) * (size_t)n,
         .data = data,
     };
 }
@@ -133,6 +139,10 @@ static void mm_job_run(void *ctx, int ith, int nth) {
 }
 
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy) {
+    if (w != NULL && w->layout != WEIGHT_LAYOUT_ROWS) {
+        pk_matmul(pool, w, x, NULL, 0, y, NULL, ldy);
+        return;
+    }
     mm_check(w, x, y, ldy);
     if (x->m == 0 || w->n == 0) return;
     struct mm_job j = {.isa = kern_isa_get(), .w = w, .x = x, .y = y, .ldy = ldy};

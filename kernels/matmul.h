@@ -19,6 +19,14 @@
 enum weight_layout {
     WEIGHT_LAYOUT_NONE = 0, /* not initialized: every kernel rejects it */
     WEIGHT_LAYOUT_ROWS = 1, /* GGUF rows as stored in the file */
+    /* Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K: rows in groups of 16, codes in int8 VNNI quads
+     * (nibbles kept as nibbles), every per-block scale kept exactly (f16 / 6-bit / int8 as in
+     * the file). One layout for the AVX-512 VNNI GEMV (lane = row) and the AMX int8 tiles (one
+     * 64-byte line = one B-tile row). Byte format: packed.h. */
+    WEIGHT_LAYOUT_Q_TILE16 = 2,
+    /* F16, BF16: rows in groups of 16, column pairs (the bf16 VNNI pair order of AMX B tiles and
+     * vdpbf16ps), values unchanged (F16 stays F16). Byte format: packed.h. */
+    WEIGHT_LAYOUT_F_PAIR16 = 3,
 };
 const char *weight_layout_name(enum weight_layout l);
 
@@ -27,9 +35,29 @@ struct weight {
     enum dtype type;
     int64_t k;        /* input features: ne0, the row length */
     int64_t n;        /* output features: ne1, the number of rows */
-    size_t row_bytes; /* bytes of one row in this layout */
-    const void *data; /* n * row_bytes bytes */
+    size_t row_bytes; /* ROWS: bytes of one row; packed layouts: 0 (there are no rows) */
+    size_t bytes;     /* bytes at data: n * row_bytes (ROWS) or weight_packed_bytes (packed) */
+    const void *data; /* the weight's bytes in its layout */
 };
+
+/* Whether `layout` exists for `type` (ROWS: every supported type; Q_TILE16: the six
+ * block-quantized types; F_PAIR16: F16 and BF16). */
+bool weight_layout_supports(enum weight_layout layout, enum dtype type);
+
+/* Bytes of a k x n weight of `type` in a packed layout (a multiple of 64; rows padded to groups
+ * of 16, float K padded to 32). Aborts (bug) when the layout does not support the type or k is
+ * not a multiple of the type's block size. */
+size_t weight_packed_bytes(enum weight_layout layout, enum dtype type, int64_t k, int64_t n);
+
+/* The repack step, the only producer of packed layouts. src holds n GGUF rows of k values of
+ * `type` (k a multiple of the block size), src_stride bytes apart (>= dtype_row_size(type, k);
+ * a rank's row-parallel slice is a column sub-range of each file row, so the stride is the file
+ * row's size). dst: weight_packed_bytes(layout, type, k, n) bytes, 64-byte aligned, owned by
+ * the caller (NUMA-local memory), written completely (padding zeroed). Runs on the pool's
+ * threads (pool may be NULL). *out describes the packed weight over dst (not owned). Aborts
+ * (bug) on an unsupported layout/type or a misaligned dst. */
+void weight_pack(struct pool *pool, enum weight_layout layout, enum dtype type, int64_t k, int64_t n,
+                 const void *src, size_t src_stride, void *dst, struct weight *out);
 
 /* A weight in the ROWS layout over existing bytes (not copied, not owned). */
 struct weight weight_rows(enum dtype type, int64_t k, int64_t n, const void *data);
@@ -53,7 +81,20 @@ void kern_act_quantize(struct pool *pool, struct act *x);
 
 /* y[i][j] = sum_k w[j][k] * x[i][k] for i < x->m, j < w->n; y is [m][n] row-major (row stride
  * ldy floats, ldy >= w->n). Uses every thread of the pool. Aborts (bug) on a layout or shape
- * mismatch. */
+ * mismatch.
+ *
+ * Packed layouts. Q_TILE16 computes exactly the integer block products of vec_dot_ref (q8x
+ * activations) and applies the per-block scales in f32, one fma per block per row, in K order:
+ * lanes are rows, so output row j's bits depend only on row j's bytes and the input, never on n,
+ * on j's position in the slice or on the threads. m < kern_matmul_amx_min_m(type) (and any m
+ * without AMX) runs the AVX-512 VNNI kernel, whose results for a row are the same bits for every m;
+ * larger m with AMX-INT8 runs int8 tiles (TDPBSUD) with the same per-block f32
+ * arithmetic (in the same order, so the same bits). F_PAIR16 with the VNNI path widens f16/bf16
+ * exactly to f32 and uses f32 FMA with f32 activations (as exact as the ROWS kernels); with
+ * AMX-BF16 (m >= kern_matmul_amx_min_m) weights and activations are rounded to bf16 (F16 weights
+ * lose 3 mantissa bits, activations 16) and products summed in f32 by TDPBF16PS: relative error
+ * ~2^-8 per product, well inside the model tolerance of F16/BF16 (3e-2 logits). The switch
+ * depends on m only, so every rank of a tensor-parallel job takes the same path. */
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy);
 
 /* A canonical chunk of a row-parallel matmul's input columns (see rank/shard.h, "Exactness"):
@@ -73,7 +114,28 @@ struct kern_chunk {
 void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                              int n_chunks, double *y, int64_t ldy);
 
-/* The plain-C reference: same contract, single-threaded, through vec_dot_ref. */
+/* The plain-C reference: same contract, single-threaded, through vec_dot_ref. ROWS layout only
+ * (tests pack the same rows and compare). */
 void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ldy);
+
+/* Smallest m that takes the AMX tile path for a packed weight of `type` (when the CPU has AMX
+ * and the OS granted it), or INT_MAX where the tiles never won. Measured on the device Xeon
+ * (tests/bench/RESULTS.md, "Kernels: packed layouts, AMX"; 4096x14336, 2 and 16 threads): bf16
+ * tiles beat the VNNI/FMA kernel from m = 6-8 (F16/BF16: 8); int8 tiles, whose per-32-block f32
+ * post-processing costs more than the TDPBSUD itself, only from m = 24-32 for Q4_0/Q4_1/Q4_K/
+ * Q5_K (32), and never for Q8_0 and Q6_K (0.6-1.0x of VNNI at m = 512). */
+int kern_matmul_amx_min_m(enum dtype type);
+
+/* Which kernel family kern_matmul / kern_matmul_chunked_f64 use for packed layouts. AUTO is
+ * the production choice (by m and the CPU, above); the others force one family, for tests and
+ * benchmarks: VNNI (AVX-512 VNNI/FMA kernel, any m), AMX (tiles for any m > 0; aborts without
+ * AMX), AMX_EMU (the AMX kernel's code over a plain-C emulation of the tile instructions: tests
+ * the tile algorithm on machines without AMX; slow), REF (plain C). Not thread-safe: set it
+ * before starting the matmuls. */
+enum kern_path { KERN_PATH_AUTO, KERN_PATH_VNNI, KERN_PATH_AMX, KERN_PATH_AMX_EMU, KERN_PATH_REF };
+void kern_matmul_force_path(enum kern_path path);
+/* Whether this process may run AMX tiles (CPUID AMX-TILE/INT8/BF16, the avx512 path, and the
+ * OS's permission; see cpu.h). */
+bool kern_amx_available(void);
 
 #endif

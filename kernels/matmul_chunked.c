@@ -8,6 +8,7 @@
 #include "base.h"
 #include "cpu.h"
 #include "matmul.h"
+#include "matmul_internal.h"
 
 #define CHUNKED_ROW_BLOCK 32
 
@@ -49,6 +50,10 @@ static void chunked_worker(void *ctx, int ith, int nth) {
 
 void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                              int n_chunks, double *y, int64_t ldy) {
+    if (w->layout != WEIGHT_LAYOUT_ROWS) {
+        pk_matmul(pool, w, x, chunks, n_chunks, NULL, y, ldy);
+        return;
+    }
     NM_ASSERT(w->layout == WEIGHT_LAYOUT_ROWS && x->k == w->k && ldy >= w->n && n_chunks >= 0);
     const struct dtype_info *ti = dtype_get(w->type);
     const bool q8 = dtype_uses_q8x(w->type);

@@ -107,3 +107,62 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
         for (int64_t i = 0; i < head_dim_v; i++) out[i] += p * kv_load(vt, i, kv_type);
     }
 }
+
+/* ---- prompt attention (flash-style) ------------------------------------------------------ */
+
+size_t op_attention_queries_scratch(int64_t head_dim_v) {
+    return (size_t)ATTN_Q_BLOCK * (ATTN_KV_BLOCK + (size_t)head_dim_v);
+}
+
+typedef void (*attn_q_fn)(float *, int64_t, const float *, int64_t, int64_t, int64_t, const void *, const void *,
+                          enum dtype, int64_t, int64_t, int64_t, int64_t, float, float *);
+static attn_q_fn g_attn_q;
+static pthread_once_t g_attn_q_once = PTHREAD_ONCE_INIT;
+static void attn_q_choose(void) {
+    g_attn_q = strcmp(kern_isa_get()->name, "avx512") == 0 ? attn_queries_avx512 : op_attention_queries_ref;
+}
+
+void op_attention_queries(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
+                          const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
+                          int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
+    pthread_once(&g_attn_q_once, attn_q_choose);
+    g_attn_q(out, out_stride, q, q_stride, n_q, pos0, k, v, kv_type, k_stride, v_stride, head_dim, head_dim_v, scale,
+             scratch);
+}
+
+void op_attention_queries_ref(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q,
+                              int64_t pos0, const void *k, const void *v, enum dtype kv_type, int64_t k_stride,
+                              int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
+    const size_t esize = kv_type == DTYPE_F16 ? 2 : 4;
+    float *s = scratch, *o = scratch + ATTN_KV_BLOCK;
+    for (int64_t i = 0; i < n_q; i++) {
+        const float *qi = q + i * q_stride;
+        const int64_t n_kv = pos0 + i + 1;
+        float m = -INFINITY, l = 0.0f;
+        for (int64_t c = 0; c < head_dim_v; c++) o[c] = 0.0f;
+        for (int64_t t0 = 0; t0 < n_kv; t0 += ATTN_KV_BLOCK) {
+            const int64_t nb = NM_MIN((int64_t)ATTN_KV_BLOCK, n_kv - t0);
+            float bm = -INFINITY;
+            for (int64_t t = 0; t < nb; t++) {
+                const void *kt = (const uint8_t *)k + (size_t)((t0 + t) * k_stride) * esize;
+                float d = 0.0f;
+                for (int64_t c = 0; c < head_dim; c++) d += qi[c] * kv_load(kt, c, kv_type);
+                s[t] = d * scale;
+                if (s[t] > bm) bm = s[t];
+            }
+            const float mn = bm > m ? bm : m;
+            const float corr = expf(m - mn); /* 0 on the first block (m = -inf) */
+            l *= corr;
+            for (int64_t c = 0; c < head_dim_v; c++) o[c] *= corr;
+            for (int64_t t = 0; t < nb; t++) {
+                const float p = expf(s[t] - mn);
+                l += p;
+                const void *vt = (const uint8_t *)v + (size_t)((t0 + t) * v_stride) * esize;
+                for (int64_t c = 0; c < head_dim_v; c++) o[c] += p * kv_load(vt, c, kv_type);
+            }
+            m = mn;
+        }
+        const float inv = 1.0f / l;
+        for (int64_t c = 0; c < head_dim_v; c++) out[i * out_stride + c] = o[c] * inv;
+    }
+}

@@ -5,6 +5,7 @@
 #ifndef NM_OPS_H
 #define NM_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "types.h"
@@ -38,6 +39,26 @@ void op_attention_head(float *out, const float *q, const void *k, const void *v,
 void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
                            int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
                            int64_t head_dim_v, float scale, float *scratch);
+
+/* Prompt attention (issue 4), flash-style: n_q consecutive query rows of one head, query i at
+ * position pos0 + i, causal (it sees KV positions 0 .. pos0 + i, so n_kv >= pos0 + n_q rows of k
+ * and v must be present). q row i starts at q + i * q_stride, out row i at out + i * out_stride
+ * (head_dim_v floats). Keys are taken in blocks of ATTN_KV_BLOCK with an online softmax (running
+ * max and sum per query, the output rescaled when the max grows), so no [n_q][n_kv] score matrix
+ * exists; the AVX-512 version also takes queries in groups of ATTN_Q_BLOCK so each K/V row
+ * loaded serves the group. k, v, kv_type, strides, head dims and scale as op_attention_head.
+ * scratch: op_attention_queries_scratch(head_dim_v) floats. Runs the ISA path's version. */
+#define ATTN_KV_BLOCK 64
+#define ATTN_Q_BLOCK 4
+size_t op_attention_queries_scratch(int64_t head_dim_v);
+void op_attention_queries(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
+                          const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
+                          int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
+/* The plain-C reference of op_attention_queries (same blocking and online softmax, one query at a
+ * time, expf). */
+void op_attention_queries_ref(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q,
+                              int64_t pos0, const void *k, const void *v, enum dtype kv_type, int64_t k_stride,
+                              int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
 
 /* Store n floats into a KV row of type F32 or F16. */
 void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type);

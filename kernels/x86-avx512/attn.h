@@ -10,4 +10,9 @@ void attn_head_avx512(float *out, const float *q, const void *k, const void *v, 
                       int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
                       float *scratch);
 
+/* AVX-512 twin of op_attention_queries (ops.h). */
+void attn_queries_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
+                         const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
+                         int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
+
 #endif

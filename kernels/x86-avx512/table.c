@@ -6,4 +6,5 @@ void kern_isa_avx512_fill(struct kern_isa *t) {
     avx512_fill_k(t);
     avx512_fill_f(t);
     avx512_fill_act(t);
+    avx512_fill_packed(t);
 }

@@ -6,3 +6,8 @@ target_link_libraries(bench_stream PRIVATE nm_kernels)
 add_executable(bench_gemv ${CMAKE_CURRENT_LIST_DIR}/bench_gemv.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
 target_compile_definitions(bench_gemv PRIVATE BENCH_STREAM_NO_MAIN)
 target_link_libraries(bench_gemv PRIVATE nm_kernels)
+# Packed layouts (issue 4): GEMV GB/s vs stream on q_tile16/f_pair16, GEMM TFLOP/s on the VNNI
+# and AMX paths vs the AMX peak, and the GEMV/GEMM switch point.
+add_executable(bench_gemm ${CMAKE_CURRENT_LIST_DIR}/bench_gemm.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
+target_compile_definitions(bench_gemm PRIVATE BENCH_STREAM_NO_MAIN)
+target_link_libraries(bench_gemm PRIVATE nm_kernels)

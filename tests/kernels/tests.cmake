@@ -10,3 +10,11 @@ nm_add_test(test_kernels_checker SOURCES ${NM_KTEST_DIR}/test_checker.c LIBS nm_
 add_test(NAME test_kernels_matmul_isa_ref COMMAND test_kernels_matmul)
 set_tests_properties(test_kernels_matmul_isa_ref PROPERTIES ENVIRONMENT NM_ISA=ref
                      SKIP_RETURN_CODE 77 LABELS kernels)
+# Packed layouts (issue 4): unpack vs GGUF source, every kernel path vs kern_matmul_ref, bit
+# exactness across paths, slices and chunks; the AMX tile algorithm on emulated tiles.
+nm_add_test(test_kernels_layout SOURCES ${NM_KTEST_DIR}/test_layout.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_attn_queries SOURCES ${NM_KTEST_DIR}/test_attn_queries.c LIBS nm_kernels LABELS kernels)
+nm_add_test(test_kernels_packed SOURCES ${NM_KTEST_DIR}/test_packed.c LIBS nm_kernels LABELS kernels)
+# The real AMX tile path only (exit 77 with a message where the CPU or OS has no AMX).
+add_test(NAME test_kernels_amx COMMAND test_kernels_packed --amx-only)
+set_tests_properties(test_kernels_amx PROPERTIES SKIP_RETURN_CODE 77 LABELS kernels)

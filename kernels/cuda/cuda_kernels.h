@@ -1,0 +1,161 @@
+/* The CUDA device layer of the GPU rank, as a plain C API (rank/gpu_stage.c is C11 and never
+ * includes a CUDA header). One struct cuk_ctx per device: its stream, cuBLAS handle and the
+ * scratch the prompt-path GEMM needs. Every call is asynchronous on the context's stream unless
+ * it says otherwise; cuk_sync waits.
+ *
+ * Weights stay in their GGUF block form on the device (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16,
+ * BF16, F32: every type the CPU ranks compute with). A matmul with few activation rows runs a
+ * GEMV that decodes the blocks in registers and multiplies with f32 activations; with more rows
+ * the weights are dequantized tile by tile into an f16 scratch and multiplied by cuBLAS (f16
+ * inputs, f32 accumulation; F32 weights go to cublasSgemm as they are). Nothing here reorders
+ * or repacks a weight.
+ *
+ * Built without CUDA (no nvcc), kernels/cuda/none.c provides the same functions:
+ * cuk_device_count returns 0 with "built without CUDA" and everything else is unreachable.
+ *
+ * Environment failures (a CUDA call that should not fail) go through CUK_CHECK, which prints the
+ * call, cudaGetErrorString and a hint, then nm_fatal. Expected failures (no device, not enough
+ * memory) return nm_status with a message. */
+#ifndef NM_CUDA_KERNELS_H
+#define NM_CUDA_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- devices ------------------------------------------------------------------------------ */
+
+struct cuk_device_info {
+    char name[256];
+    uint64_t total_bytes, free_bytes;
+    int bus_width_bits;
+    int mem_clock_khz;
+    double bandwidth_gbs; /* theoretical: 2 (DDR) x memory clock x bus width / 8 */
+    char pci_bus_id[32];  /* "0000:1b:00.0" form, for hwloc placement */
+    int cc_major, cc_minor;
+    int sm_count;
+};
+
+/* True in a build with CUDA (not a statement about the machine). */
+bool cuk_built_with_cuda(void);
+/* Number of usable CUDA devices; 0 with a reason in why ("no CUDA device: <error string>",
+ * "built without CUDA") when there are none. */
+int cuk_device_count(char *why, size_t whylen);
+/* Facts about device dev; returns 0, or -1 with a message in why. */
+int cuk_device_info_get(int dev, struct cuk_device_info *out, char *why, size_t whylen);
+
+/* ---- context, memory, copies -------------------------------------------------------------- */
+
+struct cuk_ctx;
+/* Select device dev, create a stream and a cuBLAS handle. Returns NULL with a message in why. */
+struct cuk_ctx *cuk_ctx_init(int dev, char *why, size_t whylen);
+void cuk_ctx_free(struct cuk_ctx *c);
+/* Allocate the GEMM scratch: activations of up to max_rows x max_k in f16 and a dequantization
+ * tile of tile_bytes. Returns 0, or -1 with a message naming the size when memory is short. */
+int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max_k, size_t tile_bytes, char *why,
+                         size_t whylen);
+/* Device bytes free and total right now. */
+void cuk_mem_info(struct cuk_ctx *c, uint64_t *free_bytes, uint64_t *total_bytes);
+
+/* Device allocation; NULL with "cudaMalloc of N bytes (X MiB) for <what>: <error>; free X of
+ * Y MiB" in why when it fails. The memory is zeroed. */
+void *cuk_malloc(struct cuk_ctx *c, size_t bytes, const char *what, char *why, size_t whylen);
+void cuk_free(void *p);
+/* Page-locked host memory (fatal on failure, naming the size). */
+void *cuk_host_alloc(size_t bytes, const char *what);
+void cuk_host_free(void *p);
+
+/* Copies on the context's stream. h2d from pageable memory returns once src may be reused;
+ * d2h into pageable memory returns when the data is there. */
+void cuk_h2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
+void cuk_d2h(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
+void cuk_d2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
+void cuk_sync(struct cuk_ctx *c);
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+/* Whether type t can be a matmul weight on the device. */
+bool cuk_matmul_type_supported(enum dtype t);
+
+/* Rows at most this count go through the GEMV, larger ones through dequantized tiles + cuBLAS. */
+#define CUK_GEMV_MAX_ROWS 4
+
+/* y[i][0..n) = W x[i] for i < m: W is n rows of k values of type t (ggml blocks, rows of
+ * dtype_row_size(t, k) bytes, device memory), x is [m][ldx] f32, y is [m][ldy] f32. k must be
+ * a multiple of t's block size. m > CUK_GEMV_MAX_ROWS needs cuk_ctx_reserve_gemm with
+ * max_rows >= m and max_k >= k. */
+void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
+                int m, float *y, int64_t ldy);
+/* The same, always through the GEMV (tests compare both paths). */
+void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
+              int m, float *y, int64_t ldy);
+/* The same, always through dequantized tiles and cuBLAS. */
+void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
+              int m, float *y, int64_t ldy);
+
+/* Expert matmul (MoE, ggml's mul_mat_id): for each pair p < n_pairs, with e = ids[p] (device
+ * int32), y[p][0..n) = W_e x[p / x_div], where W_e is the e-th [n x k] matrix of w, starting
+ * e * expert_bytes into it. x is [..][ldx], y is [n_pairs][ldy]. */
+void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k, int64_t n,
+                   const float *x, int64_t ldx, int x_div, const int32_t *ids, int n_pairs, float *y, int64_t ldy);
+
+/* ---- element-wise and attention ----------------------------------------------------------- */
+
+/* y[r] = rmsnorm(x[r]) * w for rows r < rows of n values (row stride n); sums of squares in
+ * double as op_rmsnorm. y may equal x. */
+void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, int rows, int64_t n, float eps);
+/* x[i] += y[i] */
+void cuk_add(struct cuk_ctx *c, float *x, const float *y, int64_t n);
+/* y[r][i] += b[i] for r < rows, i < n (row stride n). */
+void cuk_add_bias(struct cuk_ctx *c, float *y, const float *b, int rows, int64_t n);
+/* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
+void cuk_swiglu(struct cuk_ctx *c, float *out, const float *gate, const float *up, int64_t n);
+/* Per head of x[m][row_stride] (n_head heads of head_dim values, head h at h * head_dim): an
+ * RMSNorm with norm_w[head_dim] when norm_w is not NULL (qwen3's Q/K norms), then RoPE at
+ * position pos0 + i for row i, with cos/sin pairs from cos_sin[pos][n_rot] (op_rope_cache's
+ * layout, one row per position) and the pairing of op_rope (neox or adjacent). */
+void cuk_norm_rope(struct cuk_ctx *c, float *x, int m, int n_head, int64_t head_dim, int64_t row_stride,
+                   const float *norm_w, float eps, const float *cos_sin, int64_t pos0, int64_t n_rot, int neox);
+/* cache row pos0 + i = src[i] (n values, row stride n) for i < m, as F32 or F16 (rounded to
+ * nearest even, as op_store_kv). */
+void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type, const float *src, int m, int64_t n,
+                  int64_t pos0);
+/* Causal attention of m query rows at positions pos0 .. pos0+m-1 over the cache (K rows of
+ * n_head_kv * head_dim, V rows of n_head_kv * head_dim_v values, kv_type F32 or F16; positions
+ * 0 .. pos0+i are read for row i): out[i][h * head_dim_v ..] for query head h, which uses KV
+ * head h / (n_head / n_head_kv). q is [m][n_head * head_dim]; out's row stride is ldo.
+ * head_dim, head_dim_v <= 512. */
+void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                   const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
+                   int64_t head_dim, int64_t head_dim_v, float scale);
+
+/* MoE routing for m rows of router logits [m][n_expert]: softmax, the n_used largest
+ * probabilities (ties: the lower expert id), their weights renormalized to sum 1. ids and w
+ * are [m][n_used]. n_expert <= 4096, n_used <= 64. */
+void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids, float *w);
+/* x[i] += sum_s w[i][s] * y[i * n_used + s] (rows of n values), s in slot order. */
+void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w, int m, int n_used, int64_t n);
+
+/* ---- sampling ----------------------------------------------------------------------------- */
+
+#define CUK_TOPK_MAX 1024
+/* Device scratch bytes cuk_topk needs for n logits. */
+size_t cuk_topk_scratch_bytes(int64_t n);
+/* The k <= CUK_TOPK_MAX best of logits[n] (device) after llama.cpp's repetition penalty on the
+ * distinct ids of pen_ids[n_pen] (host): a positive logit divided by penalty, a negative one
+ * multiplied. Written to the host arrays ids[k], vals[k] in descending order (ties: the lower
+ * id first), synchronously. The device logits are not modified. */
+void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
+              float penalty, void *scratch, int32_t *ids, float *vals);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,468 @@
+/* Matmuls on ggml blocks kept as they are in the file (see cuda_kernels.h).
+ *
+ * A row is cut into "units" of 16 or 32 values (8 for F16/BF16, 4 for F32) that one thread
+ * decodes from the block bytes with loads of the block's natural alignment (Q4_0, Q8_0 and
+ * Q6_K blocks are 18, 34 and 210 bytes, so only 2-byte loads are safe there). A unit's values
+ * come in groups of 4 consecutive positions of the row, so the activations are read as float4.
+ * The same decoder feeds the GEMV (one warp per output, lanes over units, warp-shuffle sum) and
+ * the dequantization of weight tiles into f16 for cuBLAS. */
+#include <stdio.h>
+
+#include "cuk_internal.h"
+
+namespace {
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint16_t *)p; }
+/* 4 bytes at a 2-byte aligned address. */
+__device__ __forceinline__ uint32_t ld32_a2(const uint8_t *p) { return (uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *(const uint32_t *)p; }
+
+/* ggml get_scale_min_k4 on the 12 scale bytes. */
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* Decoder of one unit u of a row: UV values in v, in G = UV/4 groups of 4 consecutive row
+ * positions starting at pos[g]. */
+template <int T> struct QT;
+
+template <> struct QT<DTYPE_Q4_0> {
+    static constexpr int UV = 16, G = 4;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 1, p = u & 1;
+        const uint8_t *blk = row + (size_t)b * 18;
+        const float d = h2f(ld16(blk));
+        const uint32_t w[2] = {ld32_a2(blk + 2 + p * 8), ld32_a2(blk + 6 + p * 8)};
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int q = (int)((w[h] >> (8 * j)) & 0xFF);
+                v[h * 4 + j] = (float)((q & 0xF) - 8) * d;
+                v[8 + h * 4 + j] = (float)((q >> 4) - 8) * d;
+            }
+        pos[0] = b * 32 + p * 8;
+        pos[1] = pos[0] + 4;
+        pos[2] = pos[0] + 16;
+        pos[3] = pos[0] + 20;
+    }
+};
+
+template <> struct QT<DTYPE_Q4_1> {
+    static constexpr int UV = 16, G = 4;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 1, p = u & 1;
+        const uint8_t *blk = row + (size_t)b * 20;
+        const float d = h2f(ld16(blk)), m = h2f(ld16(blk + 2));
+        const uint32_t w[2] = {ld32(blk + 4 + p * 8), ld32(blk + 8 + p * 8)};
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int q = (int)((w[h] >> (8 * j)) & 0xFF);
+                v[h * 4 + j] = (float)(q & 0xF) * d + m;
+                v[8 + h * 4 + j] = (float)(q >> 4) * d + m;
+            }
+        pos[0] = b * 32 + p * 8;
+        pos[1] = pos[0] + 4;
+        pos[2] = pos[0] + 16;
+        pos[3] = pos[0] + 20;
+    }
+};
+
+template <> struct QT<DTYPE_Q8_0> {
+    static constexpr int UV = 16, G = 4;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 1, p = u & 1;
+        const uint8_t *blk = row + (size_t)b * 34;
+        const float d = h2f(ld16(blk));
+        const uint8_t *q = blk + 2 + p * 16;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint16_t two = ld16(q + 2 * j);
+            v[2 * j] = (float)(int8_t)(two & 0xFF) * d;
+            v[2 * j + 1] = (float)(int8_t)(two >> 8) * d;
+        }
+#pragma unroll
+        for (int g = 0; g < 4; g++) pos[g] = b * 32 + p * 16 + 4 * g;
+    }
+};
+
+template <> struct QT<DTYPE_Q4_K> {
+    static constexpr int UV = 32, G = 8;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 3, i = u & 7, c = i >> 1, l0 = (i & 1) * 16;
+        const uint8_t *blk = row + (size_t)b * 144;
+        const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+        uint8_t s[12];
+        *(uint32_t *)(s + 0) = ld32(blk + 4);
+        *(uint32_t *)(s + 4) = ld32(blk + 8);
+        *(uint32_t *)(s + 8) = ld32(blk + 12);
+        int sc, m;
+        scale_min_k4(2 * c, s, &sc, &m);
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        scale_min_k4(2 * c + 1, s, &sc, &m);
+        const float d2 = d * (float)sc, m2 = dmin * (float)m;
+        const uint4 q4 = *(const uint4 *)(blk + 16 + c * 32 + l0);
+        const uint32_t w[4] = {q4.x, q4.y, q4.z, q4.w};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int q = (int)((w[h] >> (8 * j)) & 0xFF);
+                v[h * 4 + j] = d1 * (float)(q & 0xF) - m1;
+                v[16 + h * 4 + j] = d2 * (float)(q >> 4) - m2;
+            }
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            pos[g] = b * 256 + c * 64 + l0 + 4 * g;
+            pos[4 + g] = pos[g] + 32;
+        }
+    }
+};
+
+template <> struct QT<DTYPE_Q5_K> {
+    static constexpr int UV = 32, G = 8;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 3, i = u & 7, c = i >> 1, l0 = (i & 1) * 16;
+        const uint8_t *blk = row + (size_t)b * 176;
+        const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+        uint8_t s[12];
+        *(uint32_t *)(s + 0) = ld32(blk + 4);
+        *(uint32_t *)(s + 4) = ld32(blk + 8);
+        *(uint32_t *)(s + 8) = ld32(blk + 12);
+        int sc, m;
+        scale_min_k4(2 * c, s, &sc, &m);
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        scale_min_k4(2 * c + 1, s, &sc, &m);
+        const float d2 = d * (float)sc, m2 = dmin * (float)m;
+        const uint4 q4 = *(const uint4 *)(blk + 48 + c * 32 + l0);
+        const uint4 h4 = *(const uint4 *)(blk + 16 + l0);
+        const uint32_t w[4] = {q4.x, q4.y, q4.z, q4.w}, hw[4] = {h4.x, h4.y, h4.z, h4.w};
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int q = (int)((w[h] >> (8 * j)) & 0xFF), qh = (int)((hw[h] >> (8 * j)) & 0xFF);
+                v[h * 4 + j] = d1 * (float)((q & 0xF) + ((qh >> (2 * c)) & 1) * 16) - m1;
+                v[16 + h * 4 + j] = d2 * (float)((q >> 4) + ((qh >> (2 * c + 1)) & 1) * 16) - m2;
+            }
+#pragma unroll
+        for (int g = 0; g < 4; g++) {
+            pos[g] = b * 256 + c * 64 + l0 + 4 * g;
+            pos[4 + g] = pos[g] + 32;
+        }
+    }
+};
+
+template <> struct QT<DTYPE_Q6_K> {
+    static constexpr int UV = 32, G = 8;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const int b = u >> 3, i = u & 7, half = i >> 2, l0 = (i & 3) * 8;
+        const uint8_t *blk = row + (size_t)b * 210;
+        const uint8_t *ql = blk + half * 64, *qh = blk + 128 + half * 32;
+        const int8_t *sc = (const int8_t *)(blk + 192) + half * 8 + l0 / 16;
+        const float d = h2f(ld16(blk + 208));
+        const float s1 = d * (float)sc[0], s2 = d * (float)sc[2], s3 = d * (float)sc[4], s4 = d * (float)sc[6];
+#pragma unroll
+        for (int j2 = 0; j2 < 4; j2++) {
+            const uint16_t a = ld16(ql + l0 + 2 * j2), bb = ld16(ql + 32 + l0 + 2 * j2), h = ld16(qh + l0 + 2 * j2);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int j = 2 * j2 + e;
+                const int qa = (a >> (8 * e)) & 0xFF, qb = (bb >> (8 * e)) & 0xFF, qhh = (h >> (8 * e)) & 0xFF;
+                v[j] = s1 * (float)((int)((qa & 0xF) | (((qhh >> 0) & 3) << 4)) - 32);
+                v[8 + j] = s2 * (float)((int)((qb & 0xF) | (((qhh >> 2) & 3) << 4)) - 32);
+                v[16 + j] = s3 * (float)((int)((qa >> 4) | (((qhh >> 4) & 3) << 4)) - 32);
+                v[24 + j] = s4 * (float)((int)((qb >> 4) | (((qhh >> 6) & 3) << 4)) - 32);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            pos[2 * q] = b * 256 + half * 128 + q * 32 + l0;
+            pos[2 * q + 1] = pos[2 * q] + 4;
+        }
+    }
+};
+
+template <> struct QT<DTYPE_F16> {
+    static constexpr int UV = 8, G = 2;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const uint4 r = *(const uint4 *)(row + (size_t)u * 16);
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v[2 * j] = h2f((uint16_t)(w[j] & 0xFFFF));
+            v[2 * j + 1] = h2f((uint16_t)(w[j] >> 16));
+        }
+        pos[0] = u * 8;
+        pos[1] = u * 8 + 4;
+    }
+};
+
+template <> struct QT<DTYPE_BF16> {
+    static constexpr int UV = 8, G = 2;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const uint4 r = *(const uint4 *)(row + (size_t)u * 16);
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v[2 * j] = bf2f((uint16_t)(w[j] & 0xFFFF));
+            v[2 * j + 1] = bf2f((uint16_t)(w[j] >> 16));
+        }
+        pos[0] = u * 8;
+        pos[1] = u * 8 + 4;
+    }
+};
+
+template <> struct QT<DTYPE_F32> {
+    static constexpr int UV = 4, G = 1;
+    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
+        const float4 r = *(const float4 *)(row + (size_t)u * 16);
+        v[0] = r.x;
+        v[1] = r.y;
+        v[2] = r.z;
+        v[3] = r.w;
+        pos[0] = u * 4;
+    }
+};
+
+constexpr int GEMV_WARPS = 8; /* rows per block: one warp each */
+
+/* y[col][row] = W_row . x[col / x_div] for the block's 8 rows and column blockIdx.y (+ col0).
+ * With ids, column col reads expert ids[col]'s matrix. */
+template <int T>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_kernel(const uint8_t *__restrict__ w, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids,
+                int n_rows, int units, const float *__restrict__ x, int64_t ldx, int x_div, float *__restrict__ y,
+                int64_t ldy, int col0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * GEMV_WARPS + warp;
+    if (row >= n_rows) return;
+    const int col = col0 + blockIdx.y;
+    const uint8_t *wr = w + (ids ? (size_t)ids[col] * expert_bytes : 0) + (size_t)row * row_bytes;
+    const float *xr = x + (int64_t)(col / x_div) * ldx;
+    float acc = 0.0f;
+    for (int u = lane; u < units; u += 32) {
+        float v[QT<T>::UV];
+        int pos[QT<T>::G];
+        QT<T>::load(wr, u, v, pos);
+#pragma unroll
+        for (int g = 0; g < QT<T>::G; g++) {
+            const float4 xv = *(const float4 *)(xr + pos[g]);
+            acc += v[4 * g] * xv.x + v[4 * g + 1] * xv.y + v[4 * g + 2] * xv.z + v[4 * g + 3] * xv.w;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[(int64_t)col * ldy + row] = acc;
+}
+
+/* Float weights whose rows are not a whole number of units (or unaligned activations): one
+ * value at a time. */
+__device__ __forceinline__ float f_elem(enum dtype t, const uint8_t *row, int i) {
+    if (t == DTYPE_F32) return ((const float *)row)[i];
+    const uint16_t h = ((const uint16_t *)row)[i];
+    return t == DTYPE_F16 ? h2f(h) : bf2f(h);
+}
+
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_scalar_kernel(enum dtype t, const uint8_t *__restrict__ w, size_t row_bytes, size_t expert_bytes,
+                       const int32_t *__restrict__ ids, int n_rows, int k, const float *__restrict__ x, int64_t ldx,
+                       int x_div, float *__restrict__ y, int64_t ldy, int col0) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int row = blockIdx.x * GEMV_WARPS + warp;
+    if (row >= n_rows) return;
+    const int col = col0 + blockIdx.y;
+    const uint8_t *wr = w + (ids ? (size_t)ids[col] * expert_bytes : 0) + (size_t)row * row_bytes;
+    const float *xr = x + (int64_t)(col / x_div) * ldx;
+    float acc = 0.0f;
+    for (int i = lane; i < k; i += 32) acc += f_elem(t, wr, i) * xr[i];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[(int64_t)col * ldy + row] = acc;
+}
+
+/* dst[r][0..k) = f16 of rows r < n_rows, one unit per thread. */
+template <int T>
+__global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, size_t row_bytes, int units, int64_t k, int n_rows,
+                                   __half *__restrict__ dst) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_rows * units) return;
+    const int row = (int)(idx / units), u = (int)(idx % units);
+    float v[QT<T>::UV];
+    int pos[QT<T>::G];
+    QT<T>::load(w + (size_t)row * row_bytes, u, v, pos);
+    __half *d = dst + (int64_t)row * k;
+#pragma unroll
+    for (int g = 0; g < QT<T>::G; g++) {
+        *(__half2 *)(d + pos[g]) = __floats2half2_rn(v[4 * g], v[4 * g + 1]);
+        *(__half2 *)(d + pos[g] + 2) = __floats2half2_rn(v[4 * g + 2], v[4 * g + 3]);
+    }
+}
+
+__global__ void dequant_f16_scalar_kernel(enum dtype t, const uint8_t *__restrict__ w, size_t row_bytes, int64_t k,
+                                          int n_rows, __half *__restrict__ dst) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)n_rows * k) return;
+    const int row = (int)(idx / k), i = (int)(idx % k);
+    dst[idx] = __float2half_rn(f_elem(t, w + (size_t)row * row_bytes, i));
+}
+
+__global__ void f32_to_f16_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int m, __half *__restrict__ y) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)m * k) return;
+    const int64_t r = idx / k, i = idx % k;
+    y[idx] = __float2half_rn(x[r * ldx + i]);
+}
+
+int type_units(enum dtype t, int64_t k, bool *vec) {
+    int uv = 0;
+    switch (t) {
+    case DTYPE_Q4_0: case DTYPE_Q4_1: case DTYPE_Q8_0: uv = 16; break;
+    case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q6_K: uv = 32; break;
+    case DTYPE_F16: case DTYPE_BF16: uv = 8; break;
+    case DTYPE_F32: uv = 4; break;
+    default: nm_fatal("cuk: weight type %d has no CUDA kernel (a caller did not check cuk_matmul_type_supported)", (int)t);
+    }
+    *vec = k % uv == 0;
+    return (int)(k / uv);
+}
+
+size_t row_size(enum dtype t, int64_t k) {
+    switch (t) {
+    case DTYPE_Q4_0: return (size_t)(k / 32) * 18;
+    case DTYPE_Q4_1: return (size_t)(k / 32) * 20;
+    case DTYPE_Q8_0: return (size_t)(k / 32) * 34;
+    case DTYPE_Q4_K: return (size_t)(k / 256) * 144;
+    case DTYPE_Q5_K: return (size_t)(k / 256) * 176;
+    case DTYPE_Q6_K: return (size_t)(k / 256) * 210;
+    case DTYPE_F16: case DTYPE_BF16: return (size_t)k * 2;
+    case DTYPE_F32: return (size_t)k * 4;
+    default: return 0;
+    }
+}
+
+bool is_float_type(enum dtype t) { return t == DTYPE_F32 || t == DTYPE_F16 || t == DTYPE_BF16; }
+
+#define CUK_DISPATCH(t, MACRO)                                                                   \
+    switch (t) {                                                                                 \
+    case DTYPE_Q4_0: MACRO(DTYPE_Q4_0); break;                                                   \
+    case DTYPE_Q4_1: MACRO(DTYPE_Q4_1); break;                                                   \
+    case DTYPE_Q8_0: MACRO(DTYPE_Q8_0); break;                                                   \
+    case DTYPE_Q4_K: MACRO(DTYPE_Q4_K); break;                                                   \
+    case DTYPE_Q5_K: MACRO(DTYPE_Q5_K); break;                                                   \
+    case DTYPE_Q6_K: MACRO(DTYPE_Q6_K); break;                                                   \
+    case DTYPE_F16: MACRO(DTYPE_F16); break;                                                     \
+    case DTYPE_BF16: MACRO(DTYPE_BF16); break;                                                   \
+    case DTYPE_F32: MACRO(DTYPE_F32); break;                                                     \
+    default: nm_fatal("cuk: weight type %d has no CUDA kernel", (int)t);                         \
+    }
+
+/* The GEMV for columns [0, n_cols) (tokens, or expert pairs with ids). */
+void gemv_launch(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, const int32_t *ids, int64_t k,
+                 int64_t n, const float *x, int64_t ldx, int x_div, int n_cols, float *y, int64_t ldy) {
+    bool vec;
+    const int units = type_units(t, k, &vec);
+    const size_t rb = row_size(t, k);
+    if (!is_float_type(t)) {
+        NM_ASSERT(vec && "k must be a multiple of the block size");
+        NM_ASSERT(ldx % 4 == 0 && ((uintptr_t)x & 15) == 0);
+    }
+    const bool use_vec = vec && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w & 15) == 0 &&
+                         (rb % 16 == 0 || !is_float_type(t)) && (expert_bytes % 16 == 0 || !is_float_type(t));
+    const uint8_t *wb = (const uint8_t *)w;
+    for (int col0 = 0; col0 < n_cols; col0 += 65535) {
+        const dim3 grid((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)NM_MIN(65535, n_cols - col0));
+        if (use_vec) {
+#define GEMV_CASE(T)                                                                                         \
+    gemv_kernel<T><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(wb, rb, expert_bytes, ids, (int)n, units, x, ldx, \
+                                                            x_div, y, ldy, col0)
+            CUK_DISPATCH(t, GEMV_CASE);
+#undef GEMV_CASE
+        } else {
+            gemv_scalar_kernel<<<grid, GEMV_WARPS * 32, 0, c->stream>>>(t, wb, rb, expert_bytes, ids, (int)n, (int)k,
+                                                                        x, ldx, x_div, y, ldy, col0);
+        }
+        CUK_LAUNCHED("gemv");
+    }
+}
+
+void dequant_launch(struct cuk_ctx *c, enum dtype t, const uint8_t *w, int64_t k, int n_rows, __half *dst) {
+    bool vec;
+    const int units = type_units(t, k, &vec);
+    const size_t rb = row_size(t, k);
+    const bool use_vec = vec && (!is_float_type(t) || (rb % 16 == 0 && ((uintptr_t)w & 15) == 0)) && k % 4 == 0;
+    if (use_vec) {
+        const int64_t total = (int64_t)n_rows * units;
+        const unsigned blocks = (unsigned)((total + 255) / 256);
+#define DQ_CASE(T) dequant_f16_kernel<T><<<blocks, 256, 0, c->stream>>>(w, rb, units, k, n_rows, dst)
+        CUK_DISPATCH(t, DQ_CASE);
+#undef DQ_CASE
+    } else {
+        const int64_t total = (int64_t)n_rows * k;
+        dequant_f16_scalar_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(t, w, rb, k, n_rows, dst);
+    }
+    CUK_LAUNCHED("dequantize to f16");
+}
+
+} // namespace
+
+extern "C" bool cuk_matmul_type_supported(enum dtype t) { return row_size(t, 256) != 0; }
+
+extern "C" void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
+                         int64_t ldx, int m, float *y, int64_t ldy) {
+    gemv_launch(c, t, w, 0, NULL, k, n, x, ldx, 1, m, y, ldy);
+}
+
+extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
+                         int64_t ldx, int m, float *y, int64_t ldy) {
+    NM_ASSERT(m >= 1 && m <= c->max_rows && k <= c->max_k);
+    const float one = 1.0f, zero = 0.0f;
+    if (t == DTYPE_F32) {
+        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k, &one, (const float *)w, (int)k, x,
+                                 (int)ldx, &zero, y, (int)ldy),
+                     "f32 GEMM of the prompt path");
+        return;
+    }
+    const int64_t total = (int64_t)m * k;
+    f32_to_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(x, ldx, k, m, c->act16);
+    CUK_LAUNCHED("f32 to f16");
+    int64_t rows_per_tile = (int64_t)(c->tile_bytes / ((size_t)k * sizeof(__half)));
+    if (rows_per_tile > 64) rows_per_tile -= rows_per_tile % 64;
+    NM_ASSERT(rows_per_tile >= 1);
+    const size_t rb = row_size(t, k);
+    for (int64_t r0 = 0; r0 < n; r0 += rows_per_tile) {
+        const int nr = (int)NM_MIN(rows_per_tile, n - r0);
+        dequant_launch(c, t, (const uint8_t *)w + (size_t)r0 * rb, k, nr, (__half *)c->tile);
+        CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, nr, m, (int)k, &one, c->tile, CUDA_R_16F, (int)k,
+                                  c->act16, CUDA_R_16F, (int)k, &zero, y + r0, CUDA_R_32F, (int)ldy,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "f16 GEMM of the prompt path");
+    }
+}
+
+extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
+                           int64_t ldx, int m, float *y, int64_t ldy) {
+    if (m <= CUK_GEMV_MAX_ROWS || c->max_rows == 0) cuk_gemv(c, t, w, k, n, x, ldx, m, y, ldy);
+    else
+        for (int done = 0; done < m;) { /* the GEMM scratch holds max_rows activation rows */
+            const int rows = NM_MIN(c->max_rows, m - done);
+            cuk_gemm(c, t, w, k, n, x + (int64_t)done * ldx, ldx, rows, y + (int64_t)done * ldy, ldy);
+            done += rows;
+        }
+}
+
+extern "C" void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k,
+                              int64_t n, const float *x, int64_t ldx, int x_div, const int32_t *ids, int n_pairs,
+                              float *y, int64_t ldy) {
+    gemv_launch(c, t, w, expert_bytes, ids, k, n, x, ldx, x_div, n_pairs, y, ldy);
+}

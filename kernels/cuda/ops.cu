@@ -1,0 +1,466 @@
+/* Element-wise operations, attention, MoE routing and top-k of the GPU rank (see
+ * cuda_kernels.h). Each follows the arithmetic of its CPU twin in kernels/ops.c (sums of squares
+ * in double, the same operation order) so that the two agree to rounding. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuk_internal.h"
+
+namespace {
+
+constexpr int NT = 256; /* threads of the row kernels */
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Block-wide reductions (every thread gets the result); red holds 32 values. */
+__device__ double block_sum_d(double v, double *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double t = 0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+__device__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+__device__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = -INFINITY;
+    for (int i = 0; i < nw; i++) t = fmaxf(t, red[i]);
+    return t;
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *__restrict__ w, int64_t n, float eps) {
+    __shared__ double red[32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum_d(ss, red);
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+__global__ void add_kernel(float *x, const float *y, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += y[i];
+}
+
+__global__ void add_bias_kernel(float *y, const float *b, int64_t n, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) y[i] += b[i % n];
+}
+
+__global__ void swiglu_kernel(float *out, const float *gate, const float *up, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+/* One (head, row) per block: optional RMSNorm of the head, then RoPE (op_rope). */
+__global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride, const float *__restrict__ norm_w,
+                                 float eps, const float *__restrict__ cos_sin, int64_t pos0, int64_t n_rot, int neox) {
+    __shared__ float buf[1024];
+    __shared__ double red[32];
+    const int h = blockIdx.x, i = blockIdx.y;
+    float *xh = x + (int64_t)i * row_stride + (int64_t)h * head_dim;
+    for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = xh[d];
+    if (norm_w) {
+        double ss = 0;
+        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) ss += (double)buf[d] * buf[d];
+        ss = block_sum_d(ss, red); /* syncs, so buf is complete below */
+        const float scale = (float)(1.0 / sqrt(ss / (double)head_dim + eps));
+        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = buf[d] * scale * norm_w[d];
+    }
+    __syncthreads();
+    const float *cs = cos_sin + (pos0 + i) * n_rot;
+    const int64_t half = n_rot / 2;
+    for (int64_t p = threadIdx.x; p < half; p += blockDim.x) {
+        const int64_t i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
+        const float c = cs[2 * p], s = cs[2 * p + 1];
+        const float a = buf[i0], b = buf[i1];
+        xh[i0] = a * c - b * s;
+        xh[i1] = a * s + b * c;
+    }
+    for (int64_t d = n_rot + threadIdx.x; d < head_dim; d += blockDim.x) xh[d] = buf[d];
+}
+
+__global__ void kv_store_f32_kernel(float *cache, const float *src, int64_t n, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) cache[i] = src[i];
+}
+__global__ void kv_store_f16_kernel(__half *cache, const float *src, int64_t n, int64_t total) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < total) cache[i] = __float2half_rn(src[i]);
+}
+
+__device__ __forceinline__ float kv_ld(const float *p) { return *p; }
+__device__ __forceinline__ float kv_ld(const __half *p) { return __half2float(*p); }
+
+constexpr int ATT_T = 256; /* threads and positions per tile */
+
+/* One (query head, row) per block. Positions in tiles of ATT_T: each warp scores positions
+ * (lanes over head_dim, coalesced), the tile's softmax numerators are rescaled online against
+ * the running max, and each thread accumulates output dimensions over the tile. */
+template <typename KT>
+__global__ void __launch_bounds__(ATT_T)
+    attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
+                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, int n_head, int group, int hd,
+                int hdv, float scale) {
+    __shared__ float qs[512];
+    __shared__ float ps[ATT_T];
+    __shared__ float red[32];
+    const int h = blockIdx.x, i = blockIdx.y, hk = h / group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = ATT_T / 32;
+    const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
+    for (int d = threadIdx.x; d < hd; d += ATT_T) qs[d] = qh[d];
+    __syncthreads();
+    const int64_t n_kv = pos0 + i + 1;
+    const KT *k0 = kc + (int64_t)hk * hd, *v0 = vc + (int64_t)hk * hdv;
+    float m_run = -INFINITY, l_run = 0.0f, acc[2] = {0.0f, 0.0f};
+    for (int64_t t0 = 0; t0 < n_kv; t0 += ATT_T) {
+        const int tl = (int)NM_MIN((int64_t)ATT_T, n_kv - t0);
+        for (int j = warp; j < tl; j += nw) {
+            const KT *kr = k0 + (t0 + j) * k_row;
+            float s = 0.0f;
+            for (int d = lane; d < hd; d += 32) s += qs[d] * kv_ld(kr + d);
+            s = warp_sum(s);
+            if (lane == 0) ps[j] = s * scale;
+        }
+        __syncthreads();
+        const float sj = threadIdx.x < tl ? ps[threadIdx.x] : -INFINITY;
+        const float m_new = fmaxf(m_run, block_max(sj, red));
+        const float corr = expf(m_run - m_new);
+        const float p = threadIdx.x < tl ? expf(sj - m_new) : 0.0f;
+        const float psum = block_sum(p, red); /* syncs: every ps read above is done */
+        if (threadIdx.x < tl) ps[threadIdx.x] = p;
+        l_run = l_run * corr + psum;
+        m_run = m_new;
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int d = threadIdx.x + r * ATT_T;
+            if (d < hdv) {
+                float a = acc[r] * corr;
+                const KT *vr = v0 + t0 * v_row + d;
+                for (int j = 0; j < tl; j++) a += ps[j] * kv_ld(vr + (int64_t)j * v_row);
+                acc[r] = a;
+            }
+        }
+        __syncthreads();
+    }
+    const float inv = 1.0f / l_run;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int d = threadIdx.x + r * ATT_T;
+        if (d < hdv) out[(int64_t)i * ldo + (int64_t)h * hdv + d] = acc[r] * inv;
+    }
+}
+
+/* One row per block: softmax of the router logits, the n_used best (ties: lower id),
+ * renormalized. */
+__global__ void moe_route_kernel(const float *logits, int n_expert, int n_used, int32_t *ids, float *w) {
+    extern __shared__ float probs[];
+    __shared__ float red[32];
+    __shared__ int redi[32];
+    __shared__ float selv[64];
+    __shared__ int seli[64];
+    const float *l = logits + (int64_t)blockIdx.x * n_expert;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) mx = fmaxf(mx, l[e]);
+    mx = block_max(mx, red);
+    float s = 0.0f;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+        probs[e] = expf(l[e] - mx);
+        s += probs[e];
+    }
+    s = block_sum(s, red);
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) probs[e] /= s;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int k = 0; k < n_used; k++) {
+        float bv = -INFINITY;
+        int bi = INT_MAX;
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
+            if (probs[e] > bv || (probs[e] == bv && e < bi)) {
+                bv = probs[e];
+                bi = e;
+            }
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        __syncthreads();
+        if (lane == 0) {
+            red[warp] = bv;
+            redi[warp] = bi;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int j = 1; j < nw; j++)
+                if (red[j] > bv || (red[j] == bv && redi[j] < bi)) {
+                    bv = red[j];
+                    bi = redi[j];
+                }
+            selv[k] = bv;
+            seli[k] = bi;
+            probs[bi] = -1.0f; /* taken */
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        float sum = 0.0f;
+        for (int k = 0; k < n_used; k++) sum += selv[k];
+        for (int k = 0; k < n_used; k++) {
+            ids[(int64_t)blockIdx.x * n_used + k] = seli[k];
+            w[(int64_t)blockIdx.x * n_used + k] = selv[k] / sum;
+        }
+    }
+}
+
+__global__ void moe_combine_kernel(float *x, const float *y, const float *w, int n_used, int64_t n, int64_t total) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    const int64_t i = idx / n, d = idx % n;
+    float acc = 0.0f;
+    for (int s = 0; s < n_used; s++) acc += w[i * n_used + s] * y[(i * n_used + s) * n + d];
+    x[idx] += acc;
+}
+
+/* ---- top-k: bitonic sort of 2048-value chunks in shared memory, best k of each kept, repeated
+ * until one chunk is left. Order: larger value first, ties the lower id first. */
+constexpr int TK_CHUNK = 2048;
+
+__device__ __forceinline__ bool tk_before(float va, int ia, float vb, int ib) {
+    return va > vb || (va == vb && ia < ib);
+}
+
+__global__ void __launch_bounds__(TK_CHUNK / 2)
+    topk_chunk_kernel(const float *vin, const int32_t *iin, int64_t n, int k, float *vout, int32_t *iout) {
+    __shared__ float sv[TK_CHUNK];
+    __shared__ int si[TK_CHUNK];
+    const int64_t base = (int64_t)blockIdx.x * TK_CHUNK;
+    for (int e = threadIdx.x; e < TK_CHUNK; e += blockDim.x) {
+        const int64_t idx = base + e;
+        float v = -INFINITY;
+        int id = INT_MAX;
+        if (idx < n) {
+            v = vin[idx];
+            if (isnan(v)) v = -INFINITY;
+            id = iin ? iin[idx] : (int)idx;
+        }
+        sv[e] = v;
+        si[e] = id;
+    }
+    __syncthreads();
+    for (int size = 2; size <= TK_CHUNK; size <<= 1)
+        for (int stride = size >> 1; stride > 0; stride >>= 1) {
+            const int t = threadIdx.x;
+            const int pos = 2 * t - (t & (stride - 1)), partner = pos + stride;
+            const bool first = (pos & size) == 0;
+            const float a = sv[pos], b = sv[partner];
+            const int ia = si[pos], ib = si[partner];
+            const bool swap = first ? tk_before(b, ib, a, ia) : tk_before(a, ia, b, ib);
+            if (swap) {
+                sv[pos] = b;
+                sv[partner] = a;
+                si[pos] = ib;
+                si[partner] = ia;
+            }
+            __syncthreads();
+        }
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        vout[(int64_t)blockIdx.x * k + j] = sv[j];
+        iout[(int64_t)blockIdx.x * k + j] = si[j];
+    }
+}
+
+__global__ void penalty_kernel(float *v, const int32_t *ids, int n, float penalty) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float x = v[ids[i]];
+        v[ids[i]] = x > 0 ? x / penalty : x * penalty;
+    }
+}
+
+unsigned blocks_for(int64_t n) { return (unsigned)((n + NT - 1) / NT); }
+
+int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+} // namespace
+
+extern "C" void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, int rows, int64_t n, float eps) {
+    if (rows < 1) return;
+    rmsnorm_kernel<<<rows, NT, 0, c->stream>>>(y, x, w, n, eps);
+    CUK_LAUNCHED("rmsnorm");
+}
+
+extern "C" void cuk_add(struct cuk_ctx *c, float *x, const float *y, int64_t n) {
+    if (n < 1) return;
+    add_kernel<<<blocks_for(n), NT, 0, c->stream>>>(x, y, n);
+    CUK_LAUNCHED("add");
+}
+
+extern "C" void cuk_add_bias(struct cuk_ctx *c, float *y, const float *b, int rows, int64_t n) {
+    const int64_t total = (int64_t)rows * n;
+    if (total < 1) return;
+    add_bias_kernel<<<blocks_for(total), NT, 0, c->stream>>>(y, b, n, total);
+    CUK_LAUNCHED("add_bias");
+}
+
+extern "C" void cuk_swiglu(struct cuk_ctx *c, float *out, const float *gate, const float *up, int64_t n) {
+    if (n < 1) return;
+    swiglu_kernel<<<blocks_for(n), NT, 0, c->stream>>>(out, gate, up, n);
+    CUK_LAUNCHED("swiglu");
+}
+
+extern "C" void cuk_norm_rope(struct cuk_ctx *c, float *x, int m, int n_head, int64_t head_dim, int64_t row_stride,
+                              const float *norm_w, float eps, const float *cos_sin, int64_t pos0, int64_t n_rot,
+                              int neox) {
+    NM_ASSERT(head_dim <= 1024 && n_rot <= head_dim && n_rot % 2 == 0);
+    if (m < 1 || n_head < 1) return;
+    norm_rope_kernel<<<dim3((unsigned)n_head, (unsigned)m), 128, 0, c->stream>>>(x, head_dim, row_stride, norm_w, eps,
+                                                                                  cos_sin, pos0, n_rot, neox);
+    CUK_LAUNCHED("norm_rope");
+}
+
+extern "C" void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type, const float *src, int m, int64_t n,
+                             int64_t pos0) {
+    const int64_t total = (int64_t)m * n;
+    if (total < 1) return;
+    if (kv_type == DTYPE_F32)
+        kv_store_f32_kernel<<<blocks_for(total), NT, 0, c->stream>>>((float *)cache + pos0 * n, src, n, total);
+    else {
+        NM_ASSERT(kv_type == DTYPE_F16);
+        kv_store_f16_kernel<<<blocks_for(total), NT, 0, c->stream>>>((__half *)cache + pos0 * n, src, n, total);
+    }
+    CUK_LAUNCHED("kv_store");
+}
+
+extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                              const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
+                              int64_t head_dim, int64_t head_dim_v, float scale) {
+    NM_ASSERT(head_dim <= 512 && head_dim_v <= 2 * ATT_T && n_head % n_head_kv == 0);
+    if (m < 1) return;
+    const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
+    const dim3 grid((unsigned)n_head, (unsigned)m);
+    const int group = n_head / n_head_kv;
+    if (kv_type == DTYPE_F32)
+        attn_kernel<float><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const float *)k_cache, (const float *)v_cache,
+                                                          k_row, v_row, pos0, n_head, group, (int)head_dim,
+                                                          (int)head_dim_v, scale);
+    else
+        attn_kernel<__half><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const __half *)k_cache,
+                                                           (const __half *)v_cache, k_row, v_row, pos0, n_head, group,
+                                                           (int)head_dim, (int)head_dim_v, scale);
+    CUK_LAUNCHED("attention");
+}
+
+extern "C" void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids,
+                              float *w) {
+    NM_ASSERT(n_expert >= 1 && n_expert <= 4096 && n_used >= 1 && n_used <= 64 && n_used <= n_expert);
+    if (m < 1) return;
+    moe_route_kernel<<<m, NT, (size_t)n_expert * sizeof(float), c->stream>>>(logits, n_expert, n_used, ids, w);
+    CUK_LAUNCHED("moe_route");
+}
+
+extern "C" void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w, int m, int n_used,
+                                int64_t n) {
+    const int64_t total = (int64_t)m * n;
+    if (total < 1) return;
+    moe_combine_kernel<<<blocks_for(total), NT, 0, c->stream>>>(x, y, w, n_used, n, total);
+    CUK_LAUNCHED("moe_combine");
+}
+
+extern "C" size_t cuk_topk_scratch_bytes(int64_t n) { return 2 * (size_t)(n + TK_CHUNK) * (sizeof(float) + sizeof(int32_t)); }
+
+extern "C" void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
+                         float penalty, void *scratch, int32_t *ids, float *vals) {
+    NM_ASSERT(k >= 1 && k <= CUK_TOPK_MAX && k <= n);
+    const int64_t cap = n + TK_CHUNK;
+    float *vb[2] = {(float *)scratch, (float *)scratch + cap};
+    int32_t *ib[2] = {(int32_t *)(vb[1] + cap), (int32_t *)(vb[1] + cap) + cap};
+    const float *src = logits;
+    const int32_t *src_ids = NULL;
+    int cur = 0;
+    if (n_pen > 0 && penalty != 1.0f) {
+        /* Distinct ids inside the vocabulary, each penalized once (as the CPU sampler), sent in
+         * pieces of CUK_TOPK_MAX through the pinned buffer (waiting before it is refilled). */
+        int32_t *tmp = (int32_t *)malloc((size_t)n_pen * sizeof *tmp);
+        NM_ASSERT(tmp);
+        memcpy(tmp, pen_ids, (size_t)n_pen * sizeof *tmp);
+        qsort(tmp, (size_t)n_pen, sizeof *tmp, cmp_i32);
+        int nu = 0;
+        for (int i = 0; i < n_pen; i++)
+            if (tmp[i] >= 0 && tmp[i] < n && (nu == 0 || tmp[nu - 1] != tmp[i])) tmp[nu++] = tmp[i];
+        cuk_d2d(c, vb[0], logits, (size_t)n * sizeof(float));
+        for (int done = 0; done < nu; done += CUK_TOPK_MAX) {
+            const int cnt = NM_MIN(CUK_TOPK_MAX, nu - done);
+            if (done) cuk_sync(c);
+            memcpy(c->pin_ids, tmp + done, (size_t)cnt * sizeof(int32_t));
+            cuk_h2d(c, c->dev_pen, c->pin_ids, (size_t)cnt * sizeof(int32_t));
+            penalty_kernel<<<(cnt + 127) / 128, 128, 0, c->stream>>>(vb[0], c->dev_pen, cnt, penalty);
+            CUK_LAUNCHED("repetition penalty");
+        }
+        free(tmp);
+        src = vb[0];
+        cur = 1;
+    }
+    int64_t cn = n;
+    for (;;) {
+        const int64_t chunks = (cn + TK_CHUNK - 1) / TK_CHUNK;
+        topk_chunk_kernel<<<(unsigned)chunks, TK_CHUNK / 2, 0, c->stream>>>(src, src_ids, cn, k, vb[cur], ib[cur]);
+        CUK_LAUNCHED("top-k");
+        src = vb[cur];
+        src_ids = ib[cur];
+        cur ^= 1;
+        if (chunks == 1) break;
+        cn = chunks * k;
+    }
+    /* src/src_ids now hold the k best, in order. */
+    CUK_CHECK(cudaMemcpyAsync(c->pin_vals, src, (size_t)k * sizeof(float), cudaMemcpyDeviceToHost, c->stream), "top-k values");
+    CUK_CHECK(cudaMemcpyAsync(c->pin_ids, src_ids, (size_t)k * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream), "top-k ids");
+    cuk_sync(c);
+    memcpy(vals, c->pin_vals, (size_t)k * sizeof(float));
+    memcpy(ids, c->pin_ids, (size_t)k * sizeof(int32_t));
+}

@@ -1,0 +1,21 @@
+/* Private to kernels/: the packed-layout matmul driver shared by kern_matmul and
+ * kern_matmul_chunked_f64 (matmul_pk.c), and the AMX kernels' entry points (x86-amx/). */
+#ifndef NM_MATMUL_INTERNAL_H
+#define NM_MATMUL_INTERNAL_H
+
+#include "matmul.h"
+#include "packed.h"
+
+/* Packed weight times x. Without chunks (chunks == NULL): y = W x in f32 (yf, ldy). With
+ * chunks: yd = sum over chunks in double of each chunk's f32 partial (kern_matmul_chunked_f64's
+ * contract). */
+void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
+               int n_chunks, float *yf, double *yd, int64_t ldy);
+
+/* AMX tile kernels (x86-amx/amx.c), same contract as pk_gemm_ref. For F16/BF16 a->act is the
+ * activations as bf16, [m][32 * n_units] (zero-padded), a->act_stride bytes apart. */
+void pk_gemm_amx(const struct pk_args *a);
+/* The same code over a plain-C emulation of the tile instructions (x86-amx/amx_emu.c). */
+void pk_gemm_amx_emu(const struct pk_args *a);
+
+#endif

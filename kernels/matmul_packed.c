@@ -1,0 +1,126 @@
+/* The plain-C packed kernel pk_gemm_ref (packed.h): the reference twin of the AVX-512 and AMX
+ * packed kernels. It decodes each code from the packed bytes where packed.h says it is and does,
+ * per row, the same f32 operations in the same order as the fast kernels (one fused multiply-add
+ * per block or sub-block, via fmaf), so on the same input they agree bit for bit; the integer
+ * block sums are exact everywhere. */
+#include <math.h>
+#include <string.h>
+
+#include "base.h"
+#include "packed.h"
+#include "quant.h"
+
+static inline unsigned nib(const uint8_t *p, int r, int c) {
+    const int q = c / 4;
+    return (p[64 * (q / 2) + 4 * r + c % 4] >> (4 * (q & 1))) & 0xF;
+}
+static inline float h16(const uint8_t *p, int idx) {
+    uint16_t v;
+    memcpy(&v, p + 2 * idx, 2);
+    return fp16_to_fp32(v);
+}
+/* The 6-bit code of row r, column c of Q6_K sub-block `sub`. */
+static inline int q6_code(const uint8_t *sub, int r, int c) {
+    const int q = c / 4, pos = 4 * r + c % 4;
+    const uint8_t hb = sub[256 + 32 * (q / 2) + (pos & 31)];
+    const unsigned n = pos >= 32 ? hb >> 4 : hb & 0xF;
+    return (int)(nib(sub, r, c) | (((n >> (2 * (q & 1))) & 3) << 4));
+}
+
+/* sum over the 32 columns of code(c) * a->qs[c], codes from a nibble sub-block */
+static inline int32_t dot_nib(const uint8_t *p, int r, const block_q8x *a) {
+    int32_t s = 0;
+    for (int c = 0; c < 32; c++) s += (int32_t)nib(p, r, c) * a->qs[c];
+    return s;
+}
+
+static float unit_q(enum dtype t, const uint8_t *u, int r, const block_q8x *a, float acc) {
+    switch (t) {
+    case DTYPE_Q4_0: {
+        const int32_t s = -8 * a->isum + dot_nib(u, r, a);
+        return fmaf((float)s, h16(u + PK_Q4_0_D, r) * a->d, acc);
+    }
+    case DTYPE_Q4_1: {
+        const int32_t s = dot_nib(u, r, a);
+        acc = fmaf((float)s, h16(u + PK_Q4_1_D, r) * a->d, acc);
+        return fmaf(h16(u + PK_Q4_1_M, r), a->d * (float)a->isum, acc);
+    }
+    case DTYPE_Q8_0: {
+        int32_t s = -128 * a->isum;
+        for (int c = 0; c < 32; c++) s += (int32_t)u[64 * (c / 4) + 4 * r + c % 4] * a->qs[c];
+        return fmaf((float)s, h16(u + PK_Q8_0_D, r) * a->d, acc);
+    }
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: {
+        const bool five = t == DTYPE_Q5_K;
+        const float d = h16(u + (five ? PK_K5_D : PK_K4_D), r), dmin = h16(u + (five ? PK_K5_DMIN : PK_K4_DMIN), r);
+        for (int s = 0; s < 8; s++) {
+            const block_q8x *ab = a + s;
+            int32_t sum = 0;
+            for (int c = 0; c < 32; c++) {
+                int code = (int)nib(u + 256 * s, r, c);
+                if (five) {
+                    const int bit = 4 * r + c % 4;
+                    code |= ((u[PK_K5_HI + 64 * s + 8 * (c / 4) + bit / 8] >> (bit % 8)) & 1) << 4;
+                }
+                sum += code * ab->qs[c];
+            }
+            const float sc = (float)u[(five ? PK_K5_SC : PK_K4_SC) + 16 * s + r] * d;
+            const float mn = (float)u[(five ? PK_K5_MN : PK_K4_MN) + 16 * s + r] * dmin;
+            acc = fmaf((float)sum, sc * ab->d, acc);
+            acc = fmaf(-mn, ab->d * (float)ab->isum, acc);
+        }
+        return acc;
+    }
+    case DTYPE_Q6_K: {
+        const float d = h16(u + PK_K6_D, r);
+        for (int s = 0; s < 8; s++) {
+            const block_q8x *ab = a + s;
+            const uint8_t *sub = u + PK_K6_SUB * s;
+            int32_t lo16 = 0;
+            for (int c = 0; c < 16; c++) lo16 += ab->qs[c];
+            int32_t g[2] = {-32 * lo16, -32 * (ab->isum - lo16)};
+            for (int c = 0; c < 32; c++) g[c / 16] += q6_code(sub, r, c) * ab->qs[c];
+            const int32_t sum = g[0] * (int8_t)u[PK_K6_SC + 16 * (2 * s) + r] +
+                                g[1] * (int8_t)u[PK_K6_SC + 16 * (2 * s + 1) + r];
+            acc = fmaf((float)sum, d * ab->d, acc);
+        }
+        return acc;
+    }
+    default: nm_bug(__FILE__, __LINE__, "pk_gemm_ref: type without a packed layout");
+    }
+}
+
+void pk_gemm_ref(const struct pk_args *a) {
+    const enum dtype t = a->type;
+    const size_t ub = pk_unit_bytes(t);
+    const int ucols = pk_unit_cols(t);
+    const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    for (int64_t g = 0; g < a->n_groups; g++) {
+        const uint8_t *wg = a->w + (size_t)g * a->group_stride;
+        const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+        for (int c = 0; c < a->m; c++) {
+            const uint8_t *act = a->act + (size_t)c * a->act_stride;
+            for (int r = 0; r < rows; r++) {
+                float acc = 0.0f, acc1 = 0.0f;
+                for (int64_t u = 0; u < a->n_units; u++) {
+                    const uint8_t *up = wg + (size_t)u * ub;
+                    if (fl) {
+                        const float *x = (const float *)act + 32 * u;
+                        for (int p = 0; p < 16; p++) {
+                            uint16_t v[2];
+                            memcpy(v, up + 64 * p + 4 * r, 4);
+                            const float w0 = t == DTYPE_F16 ? fp16_to_fp32(v[0]) : bf16_to_fp32(v[0]);
+                            const float w1 = t == DTYPE_F16 ? fp16_to_fp32(v[1]) : bf16_to_fp32(v[1]);
+                            acc = fmaf(w0, x[2 * p], acc);
+                            acc1 = fmaf(w1, x[2 * p + 1], acc1);
+                        }
+                    } else {
+                        acc = unit_q(t, up, r, (const block_q8x *)act + (ucols / 32) * u, acc);
+                    }
+                }
+                a->y[(int64_t)c * a->ldy + g * PK_ROWS + r] = fl ? acc + acc1 : acc;
+            }
+        }
+    }
+}

@@ -1,0 +1,225 @@
+/* The packed-layout matmul driver (matmul_internal.h): chooses the kernel family (VNNI, AMX, ref;
+ * by m and the CPU, or forced), prepares the activations once per call (q8x, or f32/bf16 rows
+ * zero-padded to whole 32-column units) and splits the row groups over the pool's threads. A
+ * row's output never depends on that split: each kernel computes row r of a group in lane r. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base.h"
+#include "cpu.h"
+#include "matmul_internal.h"
+
+/* Row groups per block of the chunked path: its f32 partials for m activation rows stay small. */
+#define PK_CHUNK_GROUPS 8
+
+static enum kern_path g_path = KERN_PATH_AUTO;
+void kern_matmul_force_path(enum kern_path path) { g_path = path; }
+
+static bool isa_is_avx512(void) { return strcmp(kern_isa_get()->name, "avx512") == 0; }
+
+bool kern_amx_available(void) {
+    const struct cpu_features *f = cpu_features_get();
+    return isa_is_avx512() && cpu_has_amx_int8(f) && cpu_has_amx_bf16(f);
+}
+
+int kern_matmul_amx_min_m(enum dtype type) {
+    switch (type) {
+    case DTYPE_F16:
+    case DTYPE_BF16: return 8;
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_1:
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: return 32;
+    default: return INT_MAX; /* Q8_0, Q6_K: the VNNI kernel measured faster at every m */
+    }
+}
+
+typedef void (*pk_fn)(const struct pk_args *);
+
+static pk_fn pk_choose(enum dtype t, int m, bool *amx) {
+    const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    const struct cpu_features *f = cpu_features_get();
+    const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
+    *amx = false;
+    switch (g_path) {
+    case KERN_PATH_AUTO:
+        if (amx_ok && m >= kern_matmul_amx_min_m(t)) {
+            *amx = true;
+            return pk_gemm_amx;
+        }
+        return kern_isa_get()->pk_gemm;
+    case KERN_PATH_VNNI: {
+        const struct kern_isa *isa = kern_isa_find("avx512", NULL);
+        NM_ASSERT(isa != NULL); /* forced VNNI on a CPU without the avx512 path */
+        return isa->pk_gemm;
+    }
+    case KERN_PATH_AMX:
+        NM_ASSERT(amx_ok); /* forced AMX on a CPU (or OS) without it */
+        *amx = true;
+        return pk_gemm_amx;
+    case KERN_PATH_AMX_EMU:
+        NM_ASSERT(kern_isa_find("avx512", NULL) != NULL);
+        *amx = true;
+        return pk_gemm_amx_emu;
+    case KERN_PATH_REF: return pk_gemm_ref;
+    }
+    return pk_gemm_ref;
+}
+
+struct pk_job {
+    const struct weight *w;
+    pk_fn fn;
+    int m;
+    int64_t n_groups, n_units;
+    size_t unit_bytes, group_stride;
+    const uint8_t *act; /* unchunked: activation row 0 at unit 0 */
+    size_t act_stride;
+    float *yf;
+    double *yd;
+    int64_t ldy;
+    const struct kern_chunk *chunks;
+    int n_chunks;
+    int unit_cols;
+    const uint8_t **cact; /* per chunk: activation row 0 at the chunk's first unit */
+    size_t *cas;
+    /* float activations being converted (prep job) */
+    const float *src;
+    int64_t k, kpad;
+    uint8_t *dst;
+    bool to_bf16;
+};
+
+static void pk_worker(void *ctx, int ith, int nth) {
+    const struct pk_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->n_groups, 2, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    const struct weight *w = j->w;
+    const uint8_t *wd = w->data;
+    if (!j->chunks) {
+        struct pk_args a = {.type = w->type, .w = wd + (size_t)lo * j->group_stride, .group_stride = j->group_stride,
+                            .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
+                            .m = j->m, .y = j->yf + lo * PK_ROWS, .ldy = j->ldy,
+                            .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS)};
+        j->fn(&a);
+        return;
+    }
+    const int64_t tmp_ld = PK_CHUNK_GROUPS * PK_ROWS;
+    float *tmp = nm_alloc((size_t)j->m * (size_t)tmp_ld * sizeof(float), 64, "chunked matmul partials");
+    for (long g0 = lo; g0 < hi; g0 += PK_CHUNK_GROUPS) {
+        const long ng = NM_MIN((long)PK_CHUNK_GROUPS, hi - g0);
+        const int64_t r0 = (int64_t)g0 * PK_ROWS, nr = NM_MIN(w->n - r0, (int64_t)ng * PK_ROWS);
+        for (int i = 0; i < j->m; i++) memset(j->yd + i * j->ldy + r0, 0, (size_t)nr * sizeof(double));
+        for (int c = 0; c < j->n_chunks; c++) {
+            const struct kern_chunk *ch = &j->chunks[c];
+            const int64_t u0 = ch->w0 / j->unit_cols, u1 = (ch->w1 + j->unit_cols - 1) / j->unit_cols;
+            struct pk_args a = {.type = w->type, .w = wd + (size_t)g0 * j->group_stride + (size_t)u0 * j->unit_bytes,
+                                .group_stride = j->group_stride, .n_groups = ng, .n_units = u1 - u0,
+                                .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .y = tmp, .ldy = tmp_ld,
+                                .n_rows = nr};
+            j->fn(&a);
+            for (int i = 0; i < j->m; i++)
+                for (int64_t r = 0; r < nr; r++) j->yd[i * j->ldy + r0 + r] += (double)tmp[i * tmp_ld + r];
+        }
+    }
+    nm_free(tmp);
+}
+
+/* Float activations to [m][kpad] f32 or bf16, zero-padded. */
+static void pk_prep_worker(void *ctx, int ith, int nth) {
+    const struct pk_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->m, 1, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        const float *s = j->src + i * j->k;
+        if (j->to_bf16) {
+            uint16_t *d = (uint16_t *)j->dst + i * j->kpad;
+            for (int64_t c = 0; c < j->k; c++) d[c] = fp32_to_bf16(s[c]);
+        } else {
+            memcpy((float *)j->dst + i * j->kpad, s, (size_t)j->k * sizeof(float));
+        }
+    }
+}
+
+void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
+               int n_chunks, float *yf, double *yd, int64_t ldy) {
+    NM_ASSERT(w != NULL && x != NULL);
+    NM_ASSERT(w->layout == WEIGHT_LAYOUT_Q_TILE16 || w->layout == WEIGHT_LAYOUT_F_PAIR16);
+    NM_ASSERT(weight_layout_supports(w->layout, w->type));
+    NM_ASSERT(w->bytes == weight_packed_bytes(w->layout, w->type, w->k, w->n) && w->row_bytes == 0);
+    NM_ASSERT(x->k == w->k && x->m >= 0 && w->n >= 0 && ldy >= w->n && n_chunks >= 0);
+    NM_ASSERT(x->m == 0 || x->f32 != NULL);
+    NM_ASSERT(chunks ? yd != NULL : yf != NULL);
+    if (x->m == 0 || w->n == 0) return;
+    const enum dtype t = w->type;
+    const bool q8 = dtype_uses_q8x(t);
+    bool amx;
+    struct pk_job j = {.w = w, .m = x->m, .n_groups = pk_groups(w->n), .n_units = pk_units(t, w->k),
+                       .unit_bytes = pk_unit_bytes(t), .yf = yf, .yd = yd, .ldy = ldy, .chunks = chunks,
+                       .n_chunks = n_chunks, .unit_cols = pk_unit_cols(t)};
+    j.group_stride = (size_t)j.n_units * j.unit_bytes;
+    j.fn = pk_choose(t, x->m, &amx);
+    const int64_t kpad = j.n_units * j.unit_cols;
+    uint8_t *prep = NULL;
+    size_t esize; /* bytes per activation column (q8x: per 32 columns, 40) */
+    if (q8) {
+        NM_ASSERT(x->q8 != NULL);
+        kern_act_quantize(pool, x);
+        j.act = (const uint8_t *)x->q8;
+        j.act_stride = (size_t)(w->k / QK8X) * sizeof(block_q8x);
+        esize = 0;
+    } else {
+        esize = amx ? 2 : 4;
+        if (!amx && kpad == w->k) {
+            j.act = (const uint8_t *)x->f32;
+        } else {
+            prep = nm_alloc((size_t)x->m * (size_t)kpad * esize, 64, "packed matmul activations");
+            j.src = x->f32, j.k = w->k, j.kpad = kpad, j.dst = prep, j.to_bf16 = amx;
+            if (pool && (int64_t)x->m * w->k >= 32 * 1024) pool_run(pool, pk_prep_worker, &j);
+            else pk_prep_worker(&j, 0, 1);
+            j.act = prep;
+        }
+        j.act_stride = (size_t)kpad * esize;
+    }
+    /* chunks: activation pointers, masked copies where a chunk keeps a sub-range */
+    uint8_t **masked = NULL;
+    if (chunks) {
+        const struct dtype_info *ti = dtype_get((uint32_t)t);
+        j.cact = calloc((size_t)n_chunks + 1, sizeof *j.cact);
+        j.cas = calloc((size_t)n_chunks + 1, sizeof *j.cas);
+        masked = calloc((size_t)n_chunks + 1, sizeof *masked);
+        NM_ASSERT(j.cact && j.cas && masked);
+        for (int c = 0; c < n_chunks; c++) {
+            const struct kern_chunk *ch = &chunks[c];
+            NM_ASSERT(0 <= ch->w0 && ch->w0 <= ch->a0 && ch->a0 < ch->a1 && ch->a1 <= ch->w1 && ch->w1 <= w->k);
+            NM_ASSERT(ch->w0 % j.unit_cols == 0 && (ch->w1 % j.unit_cols == 0 || ch->w1 == w->k));
+            NM_ASSERT(ch->w0 % ti->blck_size == 0);
+            const int64_t w1u = (ch->w1 + j.unit_cols - 1) / j.unit_cols * j.unit_cols;
+#define COLB(cols) (q8 ? (size_t)((cols) / QK8X) * sizeof(block_q8x) : (size_t)(cols) * esize)
+            if (ch->a0 == ch->w0 && ch->a1 == ch->w1) {
+                j.cact[c] = j.act + COLB(ch->w0);
+                j.cas[c] = j.act_stride;
+                continue;
+            }
+            NM_ASSERT(!q8 || (ch->a0 % QK8X == 0 && ch->a1 % QK8X == 0));
+            const size_t cs = (COLB(w1u - ch->w0) + 63) / 64 * 64;
+            masked[c] = nm_alloc(cs * (size_t)x->m, 64, "masked chunk activations");
+            for (int i = 0; i < x->m; i++)
+                memcpy(masked[c] + (size_t)i * cs + COLB(ch->a0 - ch->w0), j.act + (size_t)i * j.act_stride + COLB(ch->a0),
+                       COLB(ch->a1 - ch->a0));
+#undef COLB
+            j.cact[c] = masked[c];
+            j.cas[c] = cs;
+        }
+    }
+    if (pool) pool_run(pool, pk_worker, &j);
+    else pk_worker(&j, 0, 1);
+    if (chunks) {
+        for (int c = 0; c < n_chunks; c++) nm_free(masked[c]);
+        free(masked);
+        free(j.cact);
+        free(j.cas);
+    }
+    nm_free(prep);
+}

@@ -1,0 +1,121 @@
+/* The byte format of the packed weight layouts (matmul.h: WEIGHT_LAYOUT_Q_TILE16 and
+ * WEIGHT_LAYOUT_F_PAIR16). Only weight_pack (pack.c) writes these bytes and only the matmul kernels
+ * for these layouts read them; this header is the one description both follow (and the tests'
+ * independent unpacker checks against the GGUF source).
+ *
+ * Common geometry. Output rows are taken in groups of 16 ("row groups"; rows past n are padding,
+ * all bytes zero). A group is stored as consecutive units along K; a unit covers
+ *   - 32 input columns for Q4_0, Q4_1, Q8_0, F16, BF16 (one ggml block; floats pad K with zeros
+ *     to a multiple of 32), or
+ *   - 256 input columns for Q4_K, Q5_K, Q6_K (one super-block),
+ * for all 16 rows of the group: group g, unit u starts at (g * n_units + u) * unit_bytes. So a
+ * row's value is always computed in lane (row % 16) of a group, whatever the slice, and a column
+ * range of whole units is a contiguous byte range of every group (the chunked matmul).
+ *
+ * Codes ("VNNI quads"). The 32 codes of one 32-column sub-block of 16 rows are 8 quads of 4
+ * consecutive columns; quad q of row r is the 4 bytes at 4 * r of a 64-byte line, so one line
+ * is an int8 AMX B tile row (16 columns x 4) and one vpdpbusd step (lane r = row r). Codes are
+ * unsigned (u8 operand of vpdpbusd / TDPBSUD); the type's offset is applied by the kernel.
+ *   nibble codes (Q4_0, Q4_1, Q4_K, Q5_K low 4 bits, Q6_K low 4 bits): 4 lines of 64 bytes;
+ *     line j holds quad 2j in its low nibbles and quad 2j + 1 in its high nibbles (256 bytes).
+ *   byte codes (Q8_0): 8 lines, quad q in line q, stored as q8_0 code + 128 (512 bytes).
+ *
+ * Units by type (f16 = IEEE half bits, kept exactly as in the file; no scale is rounded):
+ *   Q4_0  (288 B = 16 x 18): codes[256] nibbles, value q - 8; d f16[16] (one per row).
+ *   Q4_1  (320 B = 16 x 20): codes[256] nibbles, value q; d f16[16]; m f16[16].
+ *   Q8_0  (544 B = 16 x 34): codes[512] bytes, value code - 128; d f16[16].
+ *   Q4_K  (2368 B = 16 x 144 + 64): codes[8][256] (sub-block s = columns 32s..32s+31, nibbles);
+ *         sc u8[8][16]; mn u8[8][16] (6-bit scales and mins unpacked); d f16[16]; dmin f16[16].
+ *         value = d * sc[s] * q - dmin * mn[s].
+ *   Q5_K  (2880 B = 16 x 176 + 64): codes[8][256] low nibbles; hi[8][8] u64: bit (4 r + i) of
+ *         hi[s][q] is the fifth bit of quad q, row r, column i of sub-block s; then sc, mn, d,
+ *         dmin as Q4_K.
+ *   Q6_K  (3360 B = 16 x 210): per sub-block s: lo[256] nibbles, then hh[4][32]: byte p of
+ *         hh[j] holds, in its low nibble, the two high bits of line j's byte p (bits 0-1 for the
+ *         low-nibble code, bits 2-3 for the high-nibble code), and in its high nibble the same
+ *         for line j's byte p + 32. Then sc i8[16][16] (16-column group, row) and d f16[16].
+ *         value = d * sc[g] * (q - 32), q the 6-bit code.
+ *   F16, BF16 (1024 B): 16 lines of 64 bytes; line p holds columns 2p, 2p+1 of row r at bytes
+ *         4r, 4r + 2 (the AMX bf16 B-tile / vdpbf16ps pair order), values as in the file (F16
+ *         stays F16: no precision lost; the kernels widen it exactly, or round it to bf16 for
+ *         AMX tiles, see matmul.h).
+ */
+#ifndef NM_PACKED_H
+#define NM_PACKED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+
+#define PK_ROWS 16 /* rows per group: AMX tile columns, zmm lanes */
+
+/* Columns per unit: 256 for K-quants, 32 for the others. */
+static inline int pk_unit_cols(enum dtype t) {
+    return (t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K) ? 256 : 32;
+}
+
+/* Bytes per unit (16 rows), 0 for a type without a packed layout. */
+static inline size_t pk_unit_bytes(enum dtype t) {
+    switch (t) {
+    case DTYPE_Q4_0: return 288;
+    case DTYPE_Q4_1: return 320;
+    case DTYPE_Q8_0: return 544;
+    case DTYPE_Q4_K: return 2368;
+    case DTYPE_Q5_K: return 2880;
+    case DTYPE_Q6_K: return 3360;
+    case DTYPE_F16:
+    case DTYPE_BF16: return 1024;
+    default: return 0;
+    }
+}
+
+/* Offsets inside a unit. */
+#define PK_Q4_0_D 256
+#define PK_Q4_1_D 256
+#define PK_Q4_1_M 288
+#define PK_Q8_0_D 512
+#define PK_K4_SC 2048 /* Q4_K */
+#define PK_K4_MN 2176
+#define PK_K4_D 2304
+#define PK_K4_DMIN 2336
+#define PK_K5_HI 2048 /* Q5_K */
+#define PK_K5_SC 2560
+#define PK_K5_MN 2688
+#define PK_K5_D 2816
+#define PK_K5_DMIN 2848
+#define PK_K6_SUB 384 /* Q6_K: bytes per sub-block (lo[256] + hh[128]) */
+#define PK_K6_SC 3072
+#define PK_K6_D 3328
+
+/* Units per row (K padded up to whole units for float types). */
+static inline int64_t pk_units(enum dtype t, int64_t k) {
+    const int uc = pk_unit_cols(t);
+    return (k + uc - 1) / uc;
+}
+static inline int64_t pk_groups(int64_t n) { return (n + PK_ROWS - 1) / PK_ROWS; }
+
+/* One call of a packed kernel: n_groups consecutive row groups x n_units consecutive units
+ * (a column range of whole units) x m activation rows. Kernels write y[c * ldy + r] for
+ * c < m and r < n_rows (the rows of the groups that exist; the last group's padding rows are
+ * never written) and read nothing outside the given units. Each output is the f32 sum over the
+ * units, in order, starting from 0 (one per chunk for the chunked matmul). */
+struct pk_args {
+    enum dtype type;
+    const uint8_t *w;    /* unit u0 of the first group */
+    size_t group_stride; /* bytes between groups (n_units_total * unit_bytes) */
+    int64_t n_groups, n_units;
+    const uint8_t *act;  /* activation row 0 at unit u0: its q8x block (32 * u0 * unit_cols / 32)
+                          * for quantized types, its f32 at column 32 * u0 for F16/BF16 (the rows
+                          * zero-padded to whole units) */
+    size_t act_stride;   /* bytes between activation rows */
+    int m;
+    float *y;            /* output of activation row 0, the first group's row 0 */
+    int64_t ldy;
+    int64_t n_rows;      /* rows to write, <= 16 * n_groups */
+};
+
+/* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c). */
+void pk_gemm_ref(const struct pk_args *a);
+
+#endif

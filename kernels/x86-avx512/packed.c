@@ -1,0 +1,258 @@
+/* AVX-512 kernels of the packed layouts (packed.h): the decode GEMV (m = 1) and the VNNI GEMM
+ * for any m (the fallback without AMX, and small m with it).
+ *
+ * One zmm lane per weight row: a 64-byte line of a unit is 16 rows x one quad of 4 columns, so
+ * vpdpbusd(line, broadcast of the activation quad) adds the quad's 4 products into each row's
+ * lane. No lane permutes, no horizontal sums, the 16 fp16 scales of a block are one vcvtph2ps;
+ * each thread reads its row groups as one sequential stream (the hardware prefetcher's best
+ * case), where the ROWS kernels read 4 rows at once with per-block scale gathers and permutes.
+ * Per block (sub-block for K-quants) and row: the exact int32 sum, then one f32 fma (plus one
+ * for Q4_1's m and the K-quant mins), in K order: the same operations as pk_gemm_ref and the
+ * AMX kernel, so all three give the same bits.
+ *
+ * A tile is one row group x C activation rows (C <= 4): the unpacked codes of a unit serve C
+ * activation rows. Float types (F16/BF16 pairs): exact widening to f32 and f32 FMA with the f32
+ * activations, even and odd columns in two accumulators (two dependency chains), summed at the
+ * end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../packed.h"
+#include "avx512.h"
+#include "simd.h"
+
+/* Software prefetch distance (bytes ahead in the group stream, 0 = none), from NM_PK_PREFETCH
+ * or the default. */
+#define PK_PREFETCH_DEFAULT 1024
+static int g_pf = -1;
+static int pk_prefetch_bytes(void) {
+    if (g_pf < 0) {
+        const char *e = getenv("NM_PK_PREFETCH");
+        g_pf = e ? atoi(e) : PK_PREFETCH_DEFAULT;
+        if (g_pf < 0) g_pf = 0;
+    }
+    return g_pf;
+}
+
+NM_INLINE __m512i bq(const block_q8x *a, int q) { /* activation quad q, broadcast */
+    int32_t v;
+    memcpy(&v, a->qs + 4 * q, 4);
+    return _mm512_set1_epi32(v);
+}
+NM_INLINE __m512 h16x16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+NM_INLINE __m512 u8x16(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* Codes of a nibble sub-block: lines j = 0..3 give quads 2j (lo) and 2j + 1 (hi). */
+NM_INLINE void nib_codes(const uint8_t *p, __m512i q[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    NM_UNROLL for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * j);
+        q[2 * j] = _mm512_and_si512(v, m4);
+        q[2 * j + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+}
+
+/* int32 lanes: bias + sum over quads [q0, q1) of codes . activations */
+NM_INLINE __m512i dots(const __m512i *q, const block_q8x *a, int q0, int q1, __m512i bias) {
+    __m512i s0 = bias, s1 = _mm512_setzero_si512();
+    NM_UNROLL for (int i = q0; i < q1; i += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, q[i], bq(a, i));
+        s1 = _mm512_dpbusd_epi32(s1, q[i + 1], bq(a, i + 1));
+    }
+    return _mm512_add_epi32(s0, s1);
+}
+
+/* Sum of the first 16 activation codes of a block. */
+NM_INLINE int32_t lo16_sum(const block_q8x *a) {
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)a->qs), _mm_set1_epi8((char)0x80));
+    const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128());
+    return (int32_t)(_mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4)) - 16 * 128;
+}
+
+NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const uint8_t *act, size_t as,
+                      int64_t blk0, __m512 *acc) {
+    __m512i q[8];
+    switch (t) {
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_1: {
+        nib_codes(u, q);
+        const __m512 dw = h16x16(u + PK_Q4_0_D);
+        const __m512 mw = t == DTYPE_Q4_1 ? h16x16(u + PK_Q4_1_M) : dw;
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
+            const __m512i bias = t == DTYPE_Q4_0 ? _mm512_set1_epi32(-8 * a->isum) : _mm512_setzero_si512();
+            const __m512i s = dots(q, a, 0, 8, bias);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a->d)), acc[c]);
+            if (t == DTYPE_Q4_1) acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->d * (float)a->isum), acc[c]);
+        }
+        break;
+    }
+    case DTYPE_Q8_0: {
+        NM_UNROLL for (int j = 0; j < 8; j++) q[j] = _mm512_loadu_si512(u + 64 * j);
+        const __m512 dw = h16x16(u + PK_Q8_0_D);
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
+            const __m512i s = dots(q, a, 0, 8, _mm512_set1_epi32(-128 * a->isum));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a->d)), acc[c]);
+        }
+        break;
+    }
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: {
+        const int five = t == DTYPE_Q5_K;
+        const __m512 d = h16x16(u + (five ? PK_K5_D : PK_K4_D)), dmin = h16x16(u + (five ? PK_K5_DMIN : PK_K4_DMIN));
+        const __m512i c16 = _mm512_set1_epi8(16);
+        for (int s = 0; s < 8; s++) {
+            nib_codes(u + 256 * s, q);
+            if (five) {
+                NM_UNROLL for (int i = 0; i < 8; i++) {
+                    uint64_t mk;
+                    memcpy(&mk, u + PK_K5_HI + 64 * s + 8 * i, 8);
+                    q[i] = _mm512_mask_add_epi8(q[i], (__mmask64)mk, q[i], c16);
+                }
+            }
+            const __m512 sc = _mm512_mul_ps(u8x16(u + (five ? PK_K5_SC : PK_K4_SC) + 16 * s), d);
+            const __m512 mn = _mm512_mul_ps(u8x16(u + (five ? PK_K5_MN : PK_K4_MN) + 16 * s), dmin);
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                const __m512i sum = dots(q, a, 0, 8, _mm512_setzero_si512());
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[c]);
+                acc[c] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(a->d * (float)a->isum), acc[c]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q6_K: {
+        const __m512 d = h16x16(u + PK_K6_D);
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(0x03), mc = _mm512_set1_epi8(0x0C);
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *sub = u + PK_K6_SUB * s;
+            NM_UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(sub + 64 * j);
+                const __m256i h32 = _mm256_loadu_si256((const __m256i *)(sub + 256 + 32 * j));
+                const __m512i h = _mm512_and_si512(
+                    _mm512_inserti64x4(_mm512_castsi256_si512(h32), _mm256_srli_epi16(h32, 4), 1), m4);
+                q[2 * j] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+                q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                               _mm512_slli_epi16(_mm512_and_si512(h, mc), 2));
+            }
+            const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s)));
+            const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16)));
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                const int32_t lo = lo16_sum(a);
+                const __m512i g0 = dots(q, a, 0, 4, _mm512_set1_epi32(-32 * lo));
+                const __m512i g1 = dots(q, a, 4, 8, _mm512_set1_epi32(-32 * (a->isum - lo)));
+                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0, sc0), _mm512_mullo_epi32(g1, sc1));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(a->d)), acc[c]);
+            }
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* F16/BF16 pair unit: 16 lines, line p = columns 2p (low half of each dword), 2p + 1 (high).
+ * BF16: lanes = rows; acc0 takes the even columns, acc1 the odd ones. F16: each 32-byte half of
+ * a line widens in place (vcvtph2ps) to rows 0-7 / 8-15 with the even and odd columns
+ * interleaved, multiplied by the broadcast activation pair: acc0 holds rows 0-7, acc1 rows 8-15,
+ * and pk_group adds each row's even and odd lanes at the end, so every row gets the same
+ * operations as with BF16 (even chain + odd chain). */
+NM_INLINE void unit_f(const enum dtype t, const int C, const uint8_t *u, const uint8_t *act, size_t as, int64_t col0,
+                      __m512 *acc0, __m512 *acc1) {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    NM_UNROLL for (int p = 0; p < 16; p++) {
+        __m512 w0, w1;
+        if (t == DTYPE_BF16) {
+            const __m512i v = _mm512_loadu_si512(u + 64 * p);
+            w0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+            w1 = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));
+        } else {
+            w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p)));
+            w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p + 32)));
+        }
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const float *x = (const float *)(act + (size_t)c * as) + col0 + 2 * p;
+            if (t == DTYPE_BF16) {
+                acc0[c] = _mm512_fmadd_ps(w0, _mm512_set1_ps(x[0]), acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(w1, _mm512_set1_ps(x[1]), acc1[c]);
+            } else {
+                double pair;
+                memcpy(&pair, x, 8);
+                const __m512 xp = _mm512_castpd_ps(_mm512_set1_pd(pair));
+                acc0[c] = _mm512_fmadd_ps(w0, xp, acc0[c]);
+                acc1[c] = _mm512_fmadd_ps(w1, xp, acc1[c]);
+            }
+        }
+    }
+}
+
+static const int32_t k_even_idx[16] __attribute__((aligned(64))) = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+static const int32_t k_odd_idx[16] __attribute__((aligned(64))) = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+
+NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int64_t nu, const uint8_t *act,
+                        size_t as, float *y, int64_t ldy, __mmask16 rows, int pf) {
+    const size_t ub = pk_unit_bytes(t);
+    const int ublk = pk_unit_cols(t) / 32;
+    const int fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    __m512 acc[NM_TILE_CMAX], acc1[NM_TILE_CMAX];
+    NM_UNROLL for (int c = 0; c < C; c++) acc[c] = acc1[c] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < nu; u++) {
+        const uint8_t *up = wg + (size_t)u * ub;
+        if (C == 1 && pf > 0)
+            for (size_t o = 0; o < ub; o += 64) _mm_prefetch((const char *)up + pf + o, _MM_HINT_T0);
+        if (fl) unit_f(t, C, up, act, as, 32 * u, acc, acc1);
+        else unit_q(t, C, up, act, as, ublk * u, acc);
+    }
+    NM_UNROLL for (int c = 0; c < C; c++) {
+        __m512 r = acc[c];
+        if (t == DTYPE_BF16) r = _mm512_add_ps(acc[c], acc1[c]);
+        if (t == DTYPE_F16)
+            r = _mm512_add_ps(_mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_even_idx), acc1[c]),
+                              _mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_odd_idx), acc1[c]));
+        _mm512_mask_storeu_ps(y + c * ldy, rows, r);
+    }
+}
+
+typedef void (*pk_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, int64_t ldy,
+                            __mmask16 rows, int pf);
+#define PK_INST(T, C)                                                                                      \
+    static void pk_group_##T##_##C(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, \
+                                   int64_t ldy, __mmask16 rows, int pf) {                                  \
+        pk_group(DTYPE_##T, C, wg, nu, act, as, y, ldy, rows, pf);                                         \
+    }
+#define PK_INST4(T) PK_INST(T, 1) PK_INST(T, 2) PK_INST(T, 3) PK_INST(T, 4)
+PK_INST4(Q4_0)
+PK_INST4(Q4_1)
+PK_INST4(Q8_0)
+PK_INST4(Q4_K)
+PK_INST4(Q5_K)
+PK_INST4(Q6_K)
+PK_INST4(F16)
+PK_INST4(BF16)
+#define PK_ROW(T) [DTYPE_##T] = {NULL, pk_group_##T##_1, pk_group_##T##_2, pk_group_##T##_3, pk_group_##T##_4}
+static const pk_group_fn k_groups[DTYPE_COUNT][5] = {PK_ROW(Q4_0), PK_ROW(Q4_1), PK_ROW(Q8_0), PK_ROW(Q4_K),
+                                                     PK_ROW(Q5_K), PK_ROW(Q6_K), PK_ROW(F16),  PK_ROW(BF16)};
+
+/* Activation rows per pass over a group: all of them in tiles of 4, in blocks of at most 64 so
+ * the group's weight bytes (<= 16 x k x 1.1 bytes) are reread from L1/L2, not DRAM. */
+static void pk_gemm_avx512(const struct pk_args *a) {
+    const pk_group_fn *fns = k_groups[a->type];
+    NM_ASSERT(fns[1] != NULL);
+    const int pf = pk_prefetch_bytes();
+    for (int64_t g = 0; g < a->n_groups; g++) {
+        const int64_t rows = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+        const __mmask16 rm = (__mmask16)(rows >= 16 ? 0xFFFF : (1u << rows) - 1u);
+        const uint8_t *wg = a->w + (size_t)g * a->group_stride;
+        for (int c0 = 0; c0 < a->m; c0 += 4) {
+            const int cc = NM_MIN(4, a->m - c0);
+            fns[cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride,
+                    a->y + (int64_t)c0 * a->ldy + g * PK_ROWS, a->ldy, rm, pf);
+        }
+    }
+}
+
+void avx512_fill_packed(struct kern_isa *t) { t->pk_gemm = pk_gemm_avx512; }

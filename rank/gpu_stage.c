@@ -1,0 +1,641 @@
+/* The GPU rank's engine (see gpu_stage.h): binding and uploading its tensors, then the forward
+ * pass of rank/forward.c on the device, read top to bottom: gpu_stage_eval -> eval_chunk ->
+ * attention and FFN (dense or MoE) per layer -> output head. Host-side C11; every device
+ * operation goes through kernels/cuda/cuda_kernels.h. */
+#include "gpu_stage.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "ops.h"
+#include "quant.h"
+
+/* A matmul weight on the device, in its GGUF block form: n rows of k values (n_expert such
+ * matrices, expert_bytes apart, for the 3-D expert tensors). */
+struct gmat {
+    enum dtype type;
+    int64_t k, n, n_expert;
+    size_t row_bytes, expert_bytes;
+    const void *d;
+};
+
+struct glayer {
+    bool moe;
+    const float *attn_norm;           /* [n_embd] f32 */
+    struct gmat wq, wk, wv, wo;       /* [n_embd -> n_head*head_dim], [.. -> n_head_kv*head_dim],
+                                         [.. -> n_head_kv*head_dim_v], [n_head*head_dim_v -> n_embd] */
+    const float *bq, *bk, *bv, *bo;   /* optional biases, f32 */
+    const float *q_norm, *k_norm;     /* [head_dim] f32, qwen3 / qwen3moe */
+    const float *ffn_norm;            /* [n_embd] f32 */
+    struct gmat w_gate, w_up, w_down; /* dense: [n_embd -> n_ff] x2, [n_ff -> n_embd] */
+    struct gmat w_router;             /* MoE: [n_embd -> n_expert] */
+    struct gmat gate_exps, up_exps;   /* MoE: n_expert x [n_embd -> n_ff_exp] */
+    struct gmat down_exps;            /* MoE: n_expert x [n_ff_exp -> n_embd] */
+};
+
+struct gpu_stage {
+    struct cuk_ctx *ctx;
+    struct model_config cfg;
+    int64_t layer_first, n_ctx;
+    int n_batch;
+    enum dtype kv_type;
+    int64_t n_expert, n_expert_used, n_ff_exp; /* 0 without MoE layers */
+    struct glayer *layers;                     /* [n_layer - layer_first] */
+    const float *output_norm;                  /* [n_embd] f32 */
+    struct gmat output;                        /* [n_embd -> n_vocab] (token_embd when tied) */
+    const float *output_bias;                  /* [n_vocab] f32, optional */
+    bool output_tied;
+
+    /* Weights: one device allocation, filled at open through upload_weight only. */
+    uint8_t *wbuf;
+    size_t wbuf_bytes, wbuf_used;
+    uint64_t weight_bytes, weight_bytes_after_load;
+    int n_tensors;
+    bool loaded;
+
+    /* KV cache of the stage's layers: per layer [n_ctx][k_row] and [n_ctx][v_row]. */
+    void *kv_k, *kv_v;
+    int64_t k_row, v_row;
+    uint64_t kv_bytes;
+    float *rope; /* [n_ctx][n_rot] cos/sin pairs from op_rope_cache, computed once */
+
+    /* Scratch for one chunk of n_batch rows. */
+    float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
+    float *router, *moe_w, *moe_down;
+    int32_t *moe_ids;
+    float *logits; /* [logit_rows][n_vocab] */
+    int logit_rows;
+    const float *last_logits;
+    void *topk_scratch;
+    float *pin_in, *pin_out; /* page-locked staging: [n_batch][n_embd], [logit_rows][n_vocab] */
+
+    int64_t n_past;
+    engine_layer_hook hook;
+    void *hook_ctx;
+    float *hook_buf;
+};
+
+/* ---- devices ------------------------------------------------------------------------------ */
+
+int gpu_device_count(char *why, size_t whylen) { return cuk_device_count(why, whylen); }
+
+enum nm_status gpu_device_info(int dev, struct gpu_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    char why[256];
+    const int n = cuk_device_count(why, sizeof why);
+    if (n == 0) return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
+    if (dev < 0 || dev >= n) return nm_errf(err, errlen, NM_ERR_ARGS, "CUDA device %d; devices are 0..%d", dev, n - 1);
+    struct cuk_device_info ci;
+    if (cuk_device_info_get(dev, &ci, why, sizeof why))
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
+    snprintf(out->name, sizeof out->name, "%s", ci.name);
+    snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "%s", ci.pci_bus_id);
+    out->total_bytes = ci.total_bytes;
+    out->free_bytes = ci.free_bytes;
+    out->bus_width_bits = ci.bus_width_bits;
+    out->mem_clock_khz = ci.mem_clock_khz;
+    out->bandwidth_gbs = ci.bandwidth_gbs;
+    out->cc_major = ci.cc_major;
+    out->cc_minor = ci.cc_minor;
+    out->sm_count = ci.sm_count;
+    return NM_OK;
+}
+
+/* ---- binding: a check-and-size pass, then an upload pass over the same code ---------------- */
+
+#define WALIGN 256 /* every tensor starts on this boundary in the weight buffer */
+
+struct binder {
+    struct gpu_stage *s;
+    const struct gguf_file *f;
+    bool upload; /* false: check and size only */
+    char *err;
+    size_t errlen;
+};
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* The one way a weight reaches the device (DESIGN lesson 1): counted, and fatal after load. */
+static void upload_weight(struct gpu_stage *s, const char *name, void *dst, const void *src, size_t bytes) {
+    if (s->loaded) {
+        s->weight_bytes_after_load += bytes;
+        nm_fatal("GPU: weight %s (%zu bytes) uploaded after load; weights are uploaded once, at open (a bug)", name,
+                 bytes);
+    }
+    cuk_h2d(s->ctx, dst, src, bytes);
+    s->weight_bytes += bytes;
+    s->n_tensors++;
+}
+
+/* Room for bytes in the weight buffer: sized in the check pass, handed out in the upload pass. */
+static void *wbuf_take(struct binder *b, size_t bytes) {
+    struct gpu_stage *s = b->s;
+    const size_t off = s->wbuf_used;
+    s->wbuf_used = align_up(off + bytes, WALIGN);
+    if (!b->upload) return NULL;
+    NM_ASSERT(s->wbuf_used <= s->wbuf_bytes);
+    return s->wbuf + off;
+}
+
+static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor *t, const char *expected) {
+    char got[96];
+    int n = snprintf(got, sizeof got, "{");
+    for (uint32_t d = 0; d < t->n_dims; d++)
+        n += snprintf(got + n, sizeof got - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    snprintf(got + n, sizeof got - (size_t)n, "}");
+    return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s has shape %s; the configuration expects %s",
+                   b->f->path, t->name, got, expected);
+}
+
+/* A matmul weight {k, n} or, with n_expert > 0, {k, n, n_expert}. */
+static enum nm_status bind_mat(struct binder *b, const char *name, int64_t k, int64_t n, int64_t n_expert,
+                               bool required, struct gmat *w) {
+    memset(w, 0, sizeof *w);
+    const struct gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (!t) return required ? nm_errf(b->err, b->errlen, NM_ERR_NOT_FOUND, "%s: missing tensor %s", b->f->path, name) : NM_OK;
+    const uint32_t nd = n_expert > 0 ? 3 : 2;
+    if (t->n_dims != nd || t->ne[0] != k || t->ne[1] != n || (n_expert > 0 && t->ne[2] != n_expert)) {
+        char exp[80];
+        if (n_expert > 0) snprintf(exp, sizeof exp, "{%lld, %lld, %lld}", (long long)k, (long long)n, (long long)n_expert);
+        else snprintf(exp, sizeof exp, "{%lld, %lld}", (long long)k, (long long)n);
+        return shape_mismatch(b, t, exp);
+    }
+    const enum dtype ty = (enum dtype)t->type;
+    if (!dtype_get(t->type) || !cuk_matmul_type_supported(ty))
+        return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED,
+                       "%s: tensor %s has type %s, which has no CUDA kernel; the GPU rank supports f32, f16, bf16, "
+                       "q8_0, q4_0, q4_1, q4_k, q5_k, q6_k",
+                       b->f->path, name, dtype_ggml_name(t->type));
+    const struct dtype_info *ti = dtype_get(t->type);
+    if (k % ti->blck_size != 0)
+        return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s: row length %lld is not a multiple of %s's block of %d",
+                       b->f->path, name, (long long)k, ti->name, ti->blck_size);
+    w->type = ty;
+    w->k = k;
+    w->n = n;
+    w->n_expert = n_expert;
+    w->row_bytes = dtype_row_size(ty, k);
+    w->expert_bytes = w->row_bytes * (size_t)n;
+    const size_t bytes = w->expert_bytes * (size_t)(n_expert > 0 ? n_expert : 1);
+    NM_ASSERT(bytes == t->size);
+    void *dst = wbuf_take(b, bytes);
+    if (b->upload) upload_weight(b->s, name, dst, t->data, bytes);
+    w->d = dst;
+    return NM_OK;
+}
+
+/* A vector {n} used as f32 (norms, biases): converted on the host, uploaded as f32. */
+static enum nm_status bind_vec(struct binder *b, const char *name, int64_t n, bool required, const float **out) {
+    *out = NULL;
+    const struct gguf_tensor *t = gguf_find_tensor(b->f, name);
+    if (!t) return required ? nm_errf(b->err, b->errlen, NM_ERR_NOT_FOUND, "%s: missing tensor %s", b->f->path, name) : NM_OK;
+    if (t->n_dims != 1 || t->ne[0] != n) {
+        char exp[32];
+        snprintf(exp, sizeof exp, "{%lld}", (long long)n);
+        return shape_mismatch(b, t, exp);
+    }
+    const struct dtype_info *ti = dtype_get(t->type);
+    if (!ti || n % ti->blck_size != 0)
+        return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED, "%s: tensor %s has type %s; a vector must be f32, f16 or bf16",
+                       b->f->path, name, dtype_ggml_name(t->type));
+    const size_t bytes = (size_t)n * sizeof(float);
+    void *dst = wbuf_take(b, bytes);
+    if (b->upload) {
+        float *tmp = malloc(bytes);
+        NM_ASSERT(tmp);
+        dequantize_row_ref((enum dtype)t->type, t->data, tmp, n);
+        upload_weight(b->s, name, dst, tmp, bytes); /* returns once tmp may be reused */
+        free(tmp);
+    }
+    *out = b->upload ? dst : (const float *)(uintptr_t)1; /* marks it present in the check pass */
+    return NM_OK;
+}
+
+static enum nm_status bind_layer(struct binder *b, int il, struct glayer *L) {
+    const struct gpu_stage *s = b->s;
+    const struct model_config *c = &s->cfg;
+    const int64_t e = c->n_embd, q = c->n_head * c->head_dim, kv = c->n_head_kv * c->head_dim,
+                  vv = c->n_head_kv * c->head_dim_v, o = c->n_head * c->head_dim_v;
+    /* As rank/model.c: qwen2 requires Q/K/V biases; qwen3 and qwen3moe require Q/K norms, which
+     * the other architectures do not use. */
+    const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
+    char name[GGUF_MAX_NAME];
+    enum nm_status st;
+#define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, il), name)
+    if ((st = bind_vec(b, NAME("attn_norm.weight"), e, true, &L->attn_norm))) return st;
+    if ((st = bind_mat(b, NAME("attn_q.weight"), e, q, 0, true, &L->wq))) return st;
+    if ((st = bind_mat(b, NAME("attn_k.weight"), e, kv, 0, true, &L->wk))) return st;
+    if ((st = bind_mat(b, NAME("attn_v.weight"), e, vv, 0, true, &L->wv))) return st;
+    if ((st = bind_mat(b, NAME("attn_output.weight"), o, e, 0, true, &L->wo))) return st;
+    if ((st = bind_vec(b, NAME("attn_q.bias"), q, qwen2, &L->bq))) return st;
+    if ((st = bind_vec(b, NAME("attn_k.bias"), kv, qwen2, &L->bk))) return st;
+    if ((st = bind_vec(b, NAME("attn_v.bias"), vv, qwen2, &L->bv))) return st;
+    if ((st = bind_vec(b, NAME("attn_output.bias"), e, false, &L->bo))) return st;
+    if (qwen3) {
+        if ((st = bind_vec(b, NAME("attn_q_norm.weight"), c->head_dim, true, &L->q_norm))) return st;
+        if ((st = bind_vec(b, NAME("attn_k_norm.weight"), c->head_dim, true, &L->k_norm))) return st;
+    }
+    if ((st = bind_vec(b, NAME("ffn_norm.weight"), e, true, &L->ffn_norm))) return st;
+    L->moe = s->n_expert > 0;
+    if (L->moe) {
+        if ((st = bind_mat(b, NAME("ffn_gate_inp.weight"), e, s->n_expert, 0, true, &L->w_router))) return st;
+        if ((st = bind_mat(b, NAME("ffn_gate_exps.weight"), e, s->n_ff_exp, s->n_expert, true, &L->gate_exps))) return st;
+        if ((st = bind_mat(b, NAME("ffn_up_exps.weight"), e, s->n_ff_exp, s->n_expert, true, &L->up_exps))) return st;
+        if ((st = bind_mat(b, NAME("ffn_down_exps.weight"), s->n_ff_exp, e, s->n_expert, true, &L->down_exps))) return st;
+    } else {
+        if ((st = bind_mat(b, NAME("ffn_gate.weight"), e, c->n_ff, 0, true, &L->w_gate))) return st;
+        if ((st = bind_mat(b, NAME("ffn_up.weight"), e, c->n_ff, 0, true, &L->w_up))) return st;
+        if ((st = bind_mat(b, NAME("ffn_down.weight"), c->n_ff, e, 0, true, &L->w_down))) return st;
+    }
+#undef NAME
+    return NM_OK;
+}
+
+static enum nm_status bind_all(struct binder *b) {
+    struct gpu_stage *s = b->s;
+    const struct model_config *c = &s->cfg;
+    enum nm_status st;
+    s->wbuf_used = 0;
+    for (int64_t il = s->layer_first; il < c->n_layer; il++)
+        if ((st = bind_layer(b, (int)il, &s->layers[il - s->layer_first]))) return st;
+    if ((st = bind_vec(b, "output_norm.weight", c->n_embd, true, &s->output_norm))) return st;
+    s->output_tied = !gguf_find_tensor(b->f, "output.weight");
+    if ((st = bind_mat(b, s->output_tied ? "token_embd.weight" : "output.weight", c->n_embd, c->n_vocab, 0, true,
+                       &s->output)))
+        return st;
+    if ((st = bind_vec(b, "output.bias", c->n_vocab, false, &s->output_bias))) return st;
+    return NM_OK;
+}
+
+/* MoE sizes come from the configuration (model_config_read: expert_count, expert_used_count,
+ * expert_feed_forward_length); a router in a model without them is an error. */
+static enum nm_status check_moe(struct gpu_stage *s, const struct gguf_file *f, char *err, size_t errlen) {
+    const struct model_config *c = &s->cfg;
+    char name[GGUF_MAX_NAME];
+    for (int64_t il = s->layer_first; il < c->n_layer && c->n_expert == 0; il++) {
+        snprintf(name, sizeof name, "blk.%lld.ffn_gate_inp.weight", (long long)il);
+        if (gguf_find_tensor(f, name))
+            return nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: tensor %s is a MoE router, but %s has no expert_count",
+                           f->path, name, arch_name(c->arch));
+    }
+    s->n_expert = c->n_expert;
+    s->n_expert_used = c->n_expert_used;
+    s->n_ff_exp = c->n_ff_exp;
+    if (s->n_expert > 0 && (s->n_expert_used < 1 || s->n_expert_used > s->n_expert || s->n_expert > 4096 ||
+                            s->n_expert_used > 64 || s->n_ff_exp < 1))
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED,
+                       "%s: %lld experts of width %lld, %lld used per token; the GPU rank supports up to 4096 experts "
+                       "and 64 used",
+                       f->path, (long long)s->n_expert, (long long)s->n_ff_exp, (long long)s->n_expert_used);
+    return NM_OK;
+}
+
+static float *dalloc(struct gpu_stage *s, int64_t n_floats, const char *what, enum nm_status *st, char *err,
+                     size_t errlen) {
+    if (*st) return NULL;
+    float *p = cuk_malloc(s->ctx, (size_t)NM_MAX(n_floats, 1) * sizeof(float), what, err, errlen);
+    if (!p) *st = NM_ERR_NOMEM;
+    return p;
+}
+
+enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f, const struct model_config *cfg,
+                              const struct gpu_stage_params *p, char *err, size_t errlen) {
+    *out = NULL;
+    const struct model_config *c = cfg;
+    if (p->layer_first < 0 || p->layer_first > c->n_layer)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: first layer %lld; allowed are 0..%lld (n_layer: only the head)",
+                       (long long)p->layer_first, (long long)c->n_layer);
+    const int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
+    if (n_ctx < 1 || n_ctx > (int64_t)1 << 24)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: context size %lld; allowed are 1..16777216", (long long)n_ctx);
+    if (p->n_batch < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: batch size %d; it must be >= 1", p->n_batch);
+    if (p->kv_type != DTYPE_F16 && p->kv_type != DTYPE_F32)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: KV cache type %s; allowed are f16 and f32",
+                       dtype_ggml_name(p->kv_type));
+    if (c->head_dim > 512 || c->head_dim_v > 512)
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "GPU stage: head_dim %lld / %lld; the attention kernel takes up to 512",
+                       (long long)c->head_dim, (long long)c->head_dim_v);
+    char why[256];
+    if (gpu_device_count(why, sizeof why) == 0) return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
+
+    struct gpu_stage *s = calloc(1, sizeof *s);
+    NM_ASSERT(s);
+    s->cfg = *c;
+    s->layer_first = p->layer_first;
+    s->n_ctx = n_ctx;
+    s->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
+    s->kv_type = p->kv_type;
+    s->layers = calloc((size_t)NM_MAX(c->n_layer - p->layer_first, 1), sizeof *s->layers);
+    NM_ASSERT(s->layers);
+    enum nm_status st = check_moe(s, f, err, errlen);
+    if (st) goto fail;
+
+    /* Pass 1: check every tensor and size the weight buffer before touching the device. */
+    struct binder b = {.s = s, .f = f, .upload = false, .err = err, .errlen = errlen};
+    if ((st = bind_all(&b))) goto fail;
+    s->wbuf_bytes = s->wbuf_used;
+
+    s->ctx = cuk_ctx_init(p->device, why, sizeof why);
+    if (!s->ctx) {
+        st = nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
+        goto fail;
+    }
+    struct gpu_info gi;
+    if (gpu_device_info(p->device, &gi, NULL, 0) == NM_OK)
+        nm_log_info("GPU: device %d: %s, %.1f GiB (%.1f free), %d-bit bus at %d MHz: %.0f GB/s theoretical, PCI %s",
+                    p->device, gi.name, (double)gi.total_bytes / (1 << 30), (double)gi.free_bytes / (1 << 30),
+                    gi.bus_width_bits, gi.mem_clock_khz / 1000, gi.bandwidth_gbs, gi.pci_bus_id);
+
+    /* Sizes of everything else, checked against the free memory in one message. */
+    const int64_t B = s->n_batch, E = c->n_embd, nl = c->n_layer - s->layer_first;
+    const int64_t qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim, vd = c->n_head_kv * c->head_dim_v,
+                  ad = c->n_head * c->head_dim_v;
+    const size_t es = s->kv_type == DTYPE_F16 ? 2 : 4;
+    s->k_row = kd;
+    s->v_row = vd;
+    s->kv_bytes = (uint64_t)nl * (uint64_t)n_ctx * (uint64_t)(kd + vd) * es;
+    const int64_t nu = s->n_expert_used, ff_rows = NM_MAX(c->n_ff, nu * s->n_ff_exp);
+    s->logit_rows = (int)NM_MIN(B, 32);
+    const int64_t max_k = NM_MAX(NM_MAX(E, ad), NM_MAX(c->n_ff, s->n_ff_exp));
+    const size_t tile_bytes = (size_t)NM_MAX((int64_t)64 << 20, max_k * 2 * 64);
+    const uint64_t scratch = sizeof(float) * (uint64_t)(B * (3 * E + qd + kd + vd + ad + 2 * ff_rows) +
+                                                        B * (s->n_expert + nu * (E + 2)) +
+                                                        (int64_t)s->logit_rows * c->n_vocab + n_ctx * c->n_rot) +
+                             cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes;
+    uint64_t fr, tot;
+    cuk_mem_info(s->ctx, &fr, &tot);
+    const uint64_t need = s->wbuf_bytes + s->kv_bytes + scratch;
+    if (need + (256u << 20) > fr) {
+        st = nm_errf(err, errlen, NM_ERR_NOMEM,
+                     "GPU stage: device %d has %.1f MiB free of %.1f MiB; layers %lld..%lld + head need %.1f MiB "
+                     "(weights %.1f, KV cache %.1f for %lld tokens, scratch %.1f) plus 256 MiB of headroom; "
+                     "offload fewer layers (-ngl) or use a smaller context (-c)",
+                     p->device, (double)fr / (1 << 20), (double)tot / (1 << 20), (long long)s->layer_first,
+                     (long long)c->n_layer - 1, (double)need / (1 << 20), (double)s->wbuf_bytes / (1 << 20),
+                     (double)s->kv_bytes / (1 << 20), (long long)n_ctx, (double)scratch / (1 << 20));
+        goto fail;
+    }
+
+    /* Pass 2: upload. */
+    const double t0 = nm_time_s();
+    s->wbuf = cuk_malloc(s->ctx, NM_MAX(s->wbuf_bytes, 1), "the GPU rank's weights", err, errlen);
+    if (!s->wbuf) {
+        st = NM_ERR_NOMEM;
+        goto fail;
+    }
+    b.upload = true;
+    if ((st = bind_all(&b))) goto fail;
+    NM_ASSERT(s->wbuf_used == s->wbuf_bytes);
+
+    /* RoPE table for every position, from the CPU's own op_rope_cache: the same cos/sin bits. */
+    const struct gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
+    float *freqs = NULL;
+    if (rf) {
+        if (rf->n_dims != 1 || rf->ne[0] != c->n_rot / 2 || !dtype_get(rf->type)) {
+            st = nm_errf(err, errlen, NM_ERR_MISMATCH, "%s: tensor rope_freqs.weight: expected {%lld} f32", f->path,
+                         (long long)c->n_rot / 2);
+            goto fail;
+        }
+        freqs = malloc((size_t)(c->n_rot / 2) * sizeof(float));
+        NM_ASSERT(freqs);
+        dequantize_row_ref((enum dtype)rf->type, rf->data, freqs, c->n_rot / 2);
+    }
+    float *table = malloc((size_t)(n_ctx * c->n_rot) * sizeof(float));
+    NM_ASSERT(table);
+    for (int64_t pos = 0; pos < n_ctx; pos++)
+        op_rope_cache(table + pos * c->n_rot, pos, c->n_rot, c->rope_freq_base, c->rope_freq_scale, freqs);
+    s->rope = dalloc(s, n_ctx * c->n_rot, "the RoPE table", &st, err, errlen);
+    if (s->rope) cuk_h2d(s->ctx, s->rope, table, (size_t)(n_ctx * c->n_rot) * sizeof(float));
+    free(table);
+    free(freqs);
+
+    s->kv_k = cuk_malloc(s->ctx, NM_MAX((size_t)nl * (size_t)n_ctx * (size_t)kd * es, 1), "the KV cache (K)", err, errlen);
+    s->kv_v = s->kv_k ? cuk_malloc(s->ctx, NM_MAX((size_t)nl * (size_t)n_ctx * (size_t)vd * es, 1), "the KV cache (V)", err, errlen)
+                      : NULL;
+    if (!s->kv_k || !s->kv_v) st = st ? st : NM_ERR_NOMEM;
+    s->x = dalloc(s, B * E, "x", &st, err, errlen);
+    s->xn = dalloc(s, B * E, "xn", &st, err, errlen);
+    s->proj = dalloc(s, B * E, "proj", &st, err, errlen);
+    s->q = dalloc(s, B * qd, "q", &st, err, errlen);
+    s->k = dalloc(s, B * kd, "k", &st, err, errlen);
+    s->v = dalloc(s, B * vd, "v", &st, err, errlen);
+    s->att = dalloc(s, B * ad, "att", &st, err, errlen);
+    s->gate = dalloc(s, B * ff_rows, "gate", &st, err, errlen);
+    s->up = dalloc(s, B * ff_rows, "up", &st, err, errlen);
+    if (s->n_expert > 0) {
+        s->router = dalloc(s, B * s->n_expert, "router logits", &st, err, errlen);
+        s->moe_w = dalloc(s, B * nu, "expert weights", &st, err, errlen);
+        s->moe_ids = (int32_t *)dalloc(s, B * nu, "expert ids", &st, err, errlen);
+        s->moe_down = dalloc(s, B * nu * E, "expert outputs", &st, err, errlen);
+    }
+    s->logits = dalloc(s, (int64_t)s->logit_rows * c->n_vocab, "logits", &st, err, errlen);
+    if (!st) {
+        s->topk_scratch = cuk_malloc(s->ctx, cuk_topk_scratch_bytes(c->n_vocab), "top-k scratch", err, errlen);
+        if (!s->topk_scratch) st = NM_ERR_NOMEM;
+    }
+    if (!st && cuk_ctx_reserve_gemm(s->ctx, s->n_batch, max_k, tile_bytes, err, errlen)) st = NM_ERR_NOMEM;
+    if (st) goto fail;
+    s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
+    s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
+    s->hook_buf = malloc((size_t)(B * E) * sizeof(float));
+    NM_ASSERT(s->hook_buf);
+    cuk_sync(s->ctx);
+    s->loaded = true;
+
+    const double dt = nm_time_s() - t0;
+    char layers[64];
+    if (nl > 0) snprintf(layers, sizeof layers, "layers %lld..%lld", (long long)s->layer_first, (long long)c->n_layer - 1);
+    else snprintf(layers, sizeof layers, "no layers");
+    nm_log_info("GPU: uploaded %d tensors, %.1f MiB, %s + output head%s in %.2f s (%.2f GB/s)%s", s->n_tensors,
+                (double)s->weight_bytes / (1 << 20), layers, s->output_tied ? " (tied to token_embd)" : "", dt,
+                (double)s->weight_bytes / 1e9 / (dt > 0 ? dt : 1e-9),
+                s->n_expert ? "; MoE layers on the device" : "");
+    nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB; batch %d", (long long)n_ctx, (long long)nl,
+                s->kv_type == DTYPE_F16 ? "f16" : "f32", (double)s->kv_bytes / (1 << 20), s->n_batch);
+    *out = s;
+    return NM_OK;
+fail:
+    gpu_stage_free(s);
+    return st;
+}
+
+void gpu_stage_free(struct gpu_stage *s) {
+    if (!s) return;
+    if (s->ctx) {
+        cuk_sync(s->ctx);
+        void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
+                        s->gate, s->up, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch};
+        for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
+        cuk_host_free(s->pin_in);
+        cuk_host_free(s->pin_out);
+        cuk_ctx_free(s->ctx);
+    }
+    free(s->hook_buf);
+    free(s->layers);
+    free(s);
+}
+
+int64_t gpu_stage_n_past(const struct gpu_stage *s) { return s->n_past; }
+int64_t gpu_stage_n_ctx(const struct gpu_stage *s) { return s->n_ctx; }
+uint64_t gpu_stage_weight_bytes_uploaded(const struct gpu_stage *s) { return s->weight_bytes; }
+uint64_t gpu_stage_weight_bytes_after_load(const struct gpu_stage *s) { return s->weight_bytes_after_load; }
+uint64_t gpu_stage_kv_bytes(const struct gpu_stage *s) { return s->kv_bytes; }
+
+void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past) {
+    NM_ASSERT(n_past >= 0 && n_past <= s->n_past);
+    s->n_past = n_past;
+    s->last_logits = NULL;
+}
+
+void gpu_stage_set_layer_hook(struct gpu_stage *s, engine_layer_hook hook, void *ctx) {
+    s->hook = hook;
+    s->hook_ctx = ctx;
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+static void matmul(struct gpu_stage *s, const struct gmat *w, const float *x, int n, float *y) {
+    cuk_matmul(s->ctx, w->type, w->d, w->k, w->n, x, w->k, n, y, w->n);
+}
+
+static void add_bias(struct gpu_stage *s, float *y, const float *b, int n, int64_t dim) {
+    if (b) cuk_add_bias(s->ctx, y, b, n, dim);
+}
+
+static const uint8_t *kv_layer(const struct gpu_stage *s, const void *base, int64_t li, int64_t row) {
+    const size_t es = s->kv_type == DTYPE_F16 ? 2 : 4;
+    return (const uint8_t *)base + (size_t)li * (size_t)s->n_ctx * (size_t)row * es;
+}
+
+/* x += attn_output(attention(rope(q), rope(k), v)); xn holds attn_norm(x). */
+static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t li, int n, int64_t pos0) {
+    const struct model_config *c = &s->cfg;
+    const int64_t qd = c->n_head * c->head_dim, kd = s->k_row, vd = s->v_row;
+    const int neox = c->rope_type == ROPE_TYPE_NEOX;
+    matmul(s, &L->wq, s->xn, n, s->q);
+    matmul(s, &L->wk, s->xn, n, s->k);
+    matmul(s, &L->wv, s->xn, n, s->v);
+    add_bias(s, s->q, L->bq, n, qd);
+    add_bias(s, s->k, L->bk, n, kd);
+    add_bias(s, s->v, L->bv, n, vd);
+    cuk_norm_rope(s->ctx, s->q, n, (int)c->n_head, c->head_dim, qd, L->q_norm, c->rms_eps, s->rope, pos0, c->n_rot, neox);
+    cuk_norm_rope(s->ctx, s->k, n, (int)c->n_head_kv, c->head_dim, kd, L->k_norm, c->rms_eps, s->rope, pos0, c->n_rot,
+                  neox);
+    void *kc = (void *)kv_layer(s, s->kv_k, li, kd), *vc = (void *)kv_layer(s, s->kv_v, li, vd);
+    cuk_kv_store(s->ctx, kc, s->kv_type, s->k, n, kd, pos0);
+    cuk_kv_store(s->ctx, vc, s->kv_type, s->v, n, vd, pos0);
+    cuk_attention(s->ctx, s->att, c->n_head * c->head_dim_v, s->q, kc, vc, s->kv_type, n, pos0, (int)c->n_head,
+                  (int)c->n_head_kv, c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim));
+    matmul(s, &L->wo, s->att, n, s->proj);
+    add_bias(s, s->proj, L->bo, n, c->n_embd);
+    cuk_add(s->ctx, s->x, s->proj, (int64_t)n * c->n_embd);
+}
+
+/* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). */
+static void ffn_dense(struct gpu_stage *s, const struct glayer *L, int n) {
+    const struct model_config *c = &s->cfg;
+    matmul(s, &L->w_gate, s->xn, n, s->gate);
+    matmul(s, &L->w_up, s->xn, n, s->up);
+    cuk_swiglu(s->ctx, s->gate, s->gate, s->up, (int64_t)n * c->n_ff);
+    matmul(s, &L->w_down, s->gate, n, s->proj);
+    cuk_add(s->ctx, s->x, s->proj, (int64_t)n * c->n_embd);
+}
+
+/* qwen3moe: x += sum over the n_used selected experts e of w_e * down_e(silu(gate_e(xn)) *
+ * up_e(xn)), with softmax router weights renormalized over the selection. Rows of the expert
+ * scratch are (token, slot) pairs. */
+static void ffn_moe(struct gpu_stage *s, const struct glayer *L, int n) {
+    const struct model_config *c = &s->cfg;
+    const int nu = (int)s->n_expert_used, pairs = n * nu;
+    const int64_t ff = s->n_ff_exp, E = c->n_embd;
+    matmul(s, &L->w_router, s->xn, n, s->router);
+    cuk_moe_route(s->ctx, s->router, n, (int)s->n_expert, nu, s->moe_ids, s->moe_w);
+    cuk_matmul_id(s->ctx, L->gate_exps.type, L->gate_exps.d, L->gate_exps.expert_bytes, E, ff, s->xn, E, nu,
+                  s->moe_ids, pairs, s->gate, ff);
+    cuk_matmul_id(s->ctx, L->up_exps.type, L->up_exps.d, L->up_exps.expert_bytes, E, ff, s->xn, E, nu, s->moe_ids,
+                  pairs, s->up, ff);
+    cuk_swiglu(s->ctx, s->gate, s->gate, s->up, (int64_t)pairs * ff);
+    cuk_matmul_id(s->ctx, L->down_exps.type, L->down_exps.d, L->down_exps.expert_bytes, ff, E, s->gate, ff, 1,
+                  s->moe_ids, pairs, s->moe_down, E);
+    cuk_moe_combine(s->ctx, s->x, s->moe_down, s->moe_w, n, nu, E);
+}
+
+static void hook(struct gpu_stage *s, int layer, int64_t pos0, const float *dx, int n) {
+    if (!s->hook) return;
+    const int64_t E = s->cfg.n_embd;
+    cuk_d2h(s->ctx, s->hook_buf, dx, (size_t)(n * E) * sizeof(float));
+    s->hook(s->hook_ctx, layer, pos0, s->hook_buf, n, E);
+}
+
+/* One chunk of n <= n_batch rows at positions pos0 .. pos0+n-1. out, when not NULL, receives
+ * the logits of every row (logits_all) or of the last. */
+static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all, float *out) {
+    const struct model_config *c = &s->cfg;
+    const int64_t E = c->n_embd, V = c->n_vocab;
+    memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
+    cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
+    for (int64_t il = s->layer_first; il < c->n_layer; il++) {
+        const struct glayer *L = &s->layers[il - s->layer_first];
+        cuk_rmsnorm(s->ctx, s->xn, s->x, L->attn_norm, n, E, c->rms_eps);
+        attention_block(s, L, il - s->layer_first, n, pos0);
+        cuk_rmsnorm(s->ctx, s->xn, s->x, L->ffn_norm, n, E, c->rms_eps);
+        if (L->moe) ffn_moe(s, L, n);
+        else ffn_dense(s, L, n);
+        hook(s, (int)il, pos0, s->x, n);
+    }
+    /* Output head: every row in groups of logit_rows when all are wanted, else the last row. */
+    const int first = logits_all ? 0 : n - 1;
+    if (s->hook) {
+        cuk_rmsnorm(s->ctx, s->xn, s->x, s->output_norm, n, E, c->rms_eps);
+        hook(s, (int)c->n_layer, pos0, s->xn, n);
+    }
+    for (int r0 = first; r0 < n; r0 += s->logit_rows) {
+        const int rows = NM_MIN(s->logit_rows, n - r0);
+        cuk_rmsnorm(s->ctx, s->xn + r0 * E, s->x + r0 * E, s->output_norm, rows, E, c->rms_eps);
+        matmul(s, &s->output, s->xn + r0 * E, rows, s->logits);
+        add_bias(s, s->logits, s->output_bias, rows, V);
+        s->last_logits = s->logits + (int64_t)(rows - 1) * V;
+        if (out) {
+            cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(rows * V) * sizeof(float));
+            memcpy(out + (int64_t)(r0 - first) * V, s->pin_out, (size_t)(rows * V) * sizeof(float));
+        }
+    }
+}
+
+enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all,
+                              float *logits, char *err, size_t errlen) {
+    if (n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: no rows to evaluate");
+    if (pos0 != s->n_past)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: rows start at position %lld but the stage holds %lld (truncate first)",
+                       (long long)pos0, (long long)s->n_past);
+    if (s->n_past + n > s->n_ctx)
+        return nm_errf(err, errlen, NM_ERR_ARGS,
+                       "GPU stage: %d tokens at position %lld do not fit in the context of %lld tokens (raise -c)", n,
+                       (long long)s->n_past, (long long)s->n_ctx);
+    const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
+    for (int done = 0; done < n;) {
+        const int chunk = NM_MIN(s->n_batch, n - done);
+        const bool last = done + chunk == n;
+        float *dst = !logits ? NULL : logits_all ? logits + (int64_t)done * V : last ? logits : NULL;
+        eval_chunk(s, hidden + (int64_t)done * E, chunk, s->n_past, logits_all && logits, dst);
+        s->n_past += chunk;
+        done += chunk;
+    }
+    cuk_sync(s->ctx);
+    return NM_OK;
+}
+
+enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,
+                              float repeat_penalty, int32_t *ids, float *vals, char *err, size_t errlen) {
+    if (!s->last_logits) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k before any row was evaluated");
+    const int64_t kmax = NM_MIN((int64_t)CUK_TOPK_MAX, s->cfg.n_vocab);
+    if (k < 1 || k > kmax)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k of %d; allowed are 1..%lld (larger: take the logits)",
+                       k, (long long)kmax);
+    cuk_topk(s->ctx, s->last_logits, s->cfg.n_vocab, k, penalty_tokens, n_penalty, repeat_penalty, s->topk_scratch, ids,
+             vals);
+    return NM_OK;
+}

@@ -1,0 +1,113 @@
+/* The GPU rank's engine: layers [layer_first, n_layer) of a model, its output norm and output
+ * head, on one CUDA device (DESIGN "Processes and data flow"). Only activations cross: the
+ * residual stream after layer layer_first-1 comes in from the host, logits (or just the top-k
+ * candidates) go out. The weights of its layers are read from the mapped GGUF file and uploaded
+ * once, at open; every weight upload goes through one function that counts the bytes and aborts
+ * if it is ever called after loading finished (DESIGN lesson 1), so
+ * gpu_stage_weight_bytes_after_load() stays 0 and tests check it.
+ *
+ * The stage keeps its own KV cache (its layers only, F16 or F32, allocated once at open for
+ * n_ctx positions: lesson 5) and chunks any prompt by n_batch internally.
+ *
+ * Supported: llama, qwen2, qwen3 and qwen3moe (cfg->n_expert > 0: softmax router ffn_gate_inp,
+ * the top n_expert_used experts with renormalized weights, SiLU-gated experts in the 3-D
+ * ffn_{gate,up,down}_exps, expert e being the e-th [n_ff_exp x n_embd] slice), matmul weights in Q4_0, Q4_1, Q8_0, Q4_K,
+ * Q5_K, Q6_K, F16, BF16 and F32, kept in their GGUF block form on the device. Any other type is
+ * refused at open, naming the tensor and the type.
+ *
+ * In a build without CUDA the same functions exist: gpu_device_count returns 0 and
+ * gpu_stage_open fails with "no CUDA device: numallm was built without CUDA ...". */
+#ifndef NM_GPU_STAGE_H
+#define NM_GPU_STAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base.h"
+#include "forward.h" /* engine_layer_hook */
+#include "gguf.h"
+#include "model.h"
+
+/* ---- devices ------------------------------------------------------------------------------ */
+
+struct gpu_info {
+    char name[256];
+    uint64_t total_bytes, free_bytes;
+    int bus_width_bits;
+    int mem_clock_khz;
+    double bandwidth_gbs; /* theoretical memory bandwidth: 2 x clock x bus width / 8 */
+    char pci_bus_id[32];  /* "0000:1b:00.0" (lower case, as hwloc prints it) */
+    int cc_major, cc_minor, sm_count;
+};
+
+/* Number of CUDA devices; 0 with the reason in why ("no CUDA device: <cudaGetErrorString>", or
+ * "... built without CUDA") when none can be used. */
+int gpu_device_count(char *why, size_t whylen);
+/* Facts about device dev. NM_ERR_ARGS/NM_ERR_UNSUPPORTED with a message when it cannot be read. */
+enum nm_status gpu_device_info(int dev, struct gpu_info *out, char *err, size_t errlen);
+
+/* ---- the stage ---------------------------------------------------------------------------- */
+
+struct gpu_stage_params {
+    int device;          /* CUDA device index */
+    int64_t layer_first; /* 0..n_layer; n_layer: only output_norm and the output head */
+    int64_t n_ctx;       /* positions the KV cache holds; 0 = the model's training context */
+    int n_batch;         /* most tokens per device chunk; > 0 */
+    enum dtype kv_type;  /* DTYPE_F16 or DTYPE_F32 */
+};
+
+struct gpu_stage;
+
+/* Read the tensors of layers [layer_first, n_layer), output_norm and the output head
+ * (output.weight, or token_embd.weight when tied; optional output.bias) from the mapped file f,
+ * check their shapes against cfg, upload them once and allocate the KV cache and scratch. f and
+ * cfg are borrowed for the call only (nothing keeps pointers into f after it returns). MoE
+ * sizes come from cfg (n_expert, n_expert_used, n_ff_exp). Logs "GPU: uploaded N tensors, X MiB, layers a..b +
+ * output head". Failures, with a message, and nothing left allocated:
+ *   NM_ERR_UNSUPPORTED  no CUDA device ("no CUDA device: ..."), or a tensor of a type without
+ *                       a CUDA kernel (named, with its type);
+ *   NM_ERR_NOMEM        the device is too small (the sizes needed and free are named);
+ *   NM_ERR_NOT_FOUND / NM_ERR_MISMATCH  a missing tensor or key, or a shape that disagrees;
+ *   NM_ERR_ARGS         bad params. */
+enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f, const struct model_config *cfg,
+                              const struct gpu_stage_params *p, char *err, size_t errlen);
+void gpu_stage_free(struct gpu_stage *s);
+
+/* Run n hidden states (host, [n][n_embd] f32: the residual stream after layer layer_first-1;
+ * the embedding rows when layer_first is 0) at positions pos0 .. pos0+n-1 through the stage's
+ * layers, then output_norm and the head. pos0 must equal gpu_stage_n_past (rewind with
+ * gpu_stage_truncate). Any n works: chunks of n_batch run one after the other. logits (host),
+ * when not NULL, receives [n][n_vocab] when logits_all, else [1][n_vocab] for the last row. The
+ * last row's logits always stay on the device for gpu_stage_topk. NM_ERR_ARGS (no state
+ * change) when the positions do not fit in n_ctx or pos0 is wrong. */
+enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all,
+                              float *logits, char *err, size_t errlen);
+
+/* The k best candidates of the last evaluated row's logits, on the device, after llama.cpp's
+ * repetition penalty over penalty_tokens[n_penalty] (each distinct id once: a positive logit
+ * divided by repeat_penalty, a negative one multiplied; 1 = off). ids[k], vals[k] (host) in
+ * descending order, ties the lower id first: the (id, logit) candidates the CPU sampler builds
+ * in local_candidates, so its picking step can take them as they are. Greedy is k = 1.
+ * NM_ERR_ARGS when nothing was evaluated yet or k is outside 1..min(1024, n_vocab). */
+enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,
+                              float repeat_penalty, int32_t *ids, float *vals, char *err, size_t errlen);
+
+/* Forget positions >= n_past (n_past <= gpu_stage_n_past): rewind, or 0 to reset. */
+void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past);
+int64_t gpu_stage_n_past(const struct gpu_stage *s);
+int64_t gpu_stage_n_ctx(const struct gpu_stage *s);
+
+/* Weight bytes uploaded at open, and weight bytes moved after open finished (0 unless a bug:
+ * such an upload aborts). */
+uint64_t gpu_stage_weight_bytes_uploaded(const struct gpu_stage *s);
+uint64_t gpu_stage_weight_bytes_after_load(const struct gpu_stage *s);
+/* Device bytes of the KV cache. */
+uint64_t gpu_stage_kv_bytes(const struct gpu_stage *s);
+
+/* Called like the CPU engine's hook (forward.h) with the residual stream of each chunk copied
+ * to the host: layer il after each of the stage's layers, n_layer after output_norm. Costs a
+ * synchronizing copy per layer: for tests and dumps. */
+void gpu_stage_set_layer_hook(struct gpu_stage *s, engine_layer_hook hook, void *ctx);
+
+#endif

@@ -1,0 +1,215 @@
+/* Packed-layout matmul throughput (issue 4), one row per (threads, type, shape, path):
+ *  - GEMV m = 1 on the packed layout (the VNNI kernel) and, for comparison, on the ROWS layout:
+ *    GB/s of weight bytes read per call (the packed bytes; GGUF bytes differ by <= 3%: packed.h),
+ *    next to the STREAM-like read bandwidth measured in the same run with the same threads.
+ *    Enough copies of the weight are cycled (>= 512 MiB) that every call reads from DRAM.
+ *  - GEMM m = 512 (-m) on each packed path this CPU has (VNNI; AMX when present): TFLOP/s
+ *    (2 m n k per call) and % of the AMX peak, which is assumed to be, per core per cycle, 2048
+ *    int8 ops (TDPBSUD: 16x16x64 MACs in 16 cycles) or 1024 bf16 flops (TDPBF16PS: 16x16x32 in
+ *    16 cycles), times the cores used and the clock measured here (a chain of dependent adds).
+ *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x), for Q4_0 and
+ *    BF16 on the largest shape: the m from which the tiles win.
+ * Median of -r repetitions after one warm-up. Threads bound to cpus 0..t-1.
+ *
+ *   bench_gemm [-t 2,16] [-T q4_0,...] [-S KxN,...] [-r reps] [-m 512] [-x 0|1] */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base.h"
+#include "cpu.h"
+#include "matmul.h"
+#include "packed.h"
+#include "pool.h"
+
+double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
+
+static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
+                                     DTYPE_BF16, DTYPE_F16,  DTYPE_Q4_1, DTYPE_Q5_K};
+static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}};
+#define COPY_BYTES_MIN ((size_t)512 << 20)
+
+static uint64_t g_rng = 0x1234567;
+static uint64_t rng(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static void fill_weight(enum dtype t, uint8_t *p, int64_t k, int64_t n) {
+    const size_t bytes = dtype_row_size(t, k) * (size_t)n;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        uint64_t v = rng();
+        memcpy(p + i, &v, 8);
+    }
+    const struct dtype_info *info = dtype_get((uint32_t)t);
+    const size_t nblk = bytes / (size_t)info->type_size;
+    const uint16_t h = fp32_to_fp16(0.01f), b = fp32_to_bf16(0.01f);
+    for (size_t i = 0; i < nblk; i++) {
+        uint8_t *blk = p + i * (size_t)info->type_size;
+        switch (t) {
+        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, &h, 2); break;
+        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h, 2); break;
+        case DTYPE_Q6_K: memcpy(blk + 208, &h, 2); break;
+        case DTYPE_F16: memcpy(blk, &h, 2); break;
+        case DTYPE_BF16: memcpy(blk, &b, 2); break;
+        default: break;
+        }
+    }
+}
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+static bool in_list(const char *list, const char *word) {
+    if (!list) return true;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
+        if (strcasecmp(tok, word) == 0) return true;
+    return false;
+}
+/* Core clock: a chain of dependent adds runs one per cycle. */
+static double measure_ghz(void) {
+    const long n = 200000000;
+    uint64_t t0 = nm_time_ns();
+    long x = 0;
+    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
+    return (double)n / (double)(nm_time_ns() - t0);
+}
+
+/* ns per kern_matmul call (median), cycling through `copies` weights */
+static double time_calls(struct pool *pool, const struct weight *w, int copies, struct act *x, float *y, int reps) {
+    double v[64];
+    reps = NM_MIN(reps, 64);
+    for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], x, y, w->n);
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = nm_time_ns();
+        for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], x, y, w->n);
+        v[r] = (double)(nm_time_ns() - t0) / copies;
+    }
+    return median(v, reps);
+}
+
+int main(int argc, char **argv) {
+    const char *threads = "2,all", *types = NULL, *shapes = NULL;
+    int reps = 7, m_gemm = 512, sweep = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-t")) threads = argv[i + 1];
+        else if (!strcmp(argv[i], "-T")) types = argv[i + 1];
+        else if (!strcmp(argv[i], "-S")) shapes = argv[i + 1];
+        else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-x")) sweep = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: %s [-t 2,all] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-x 0|1]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    const int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const bool amx = kern_amx_available();
+    const double ghz = measure_ghz();
+    printf("# bench_gemm: ISA %s, AMX %s, %d cpus, clock %.2f GHz (measured); GEMV m=1 from DRAM (>= %zu MiB cycled);"
+           " GEMM m=%d; median of %d reps\n",
+           kern_isa_get()->name, amx ? "yes" : "no", ncpu, ghz, COPY_BYTES_MIN >> 20, m_gemm, reps);
+    struct pool *packer = pool_init(ncpu, NULL);
+    char tbuf[128];
+    snprintf(tbuf, sizeof tbuf, "%s", threads);
+    for (char *save = NULL, *tok = strtok_r(tbuf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const int nth = strcmp(tok, "all") == 0 ? ncpu : NM_MIN(atoi(tok), ncpu);
+        int cpus[512];
+        for (int i = 0; i < nth; i++) cpus[i] = i;
+        struct pool *pool = pool_init(nth, cpus);
+        double slo, shi;
+        const double stream = bench_stream_measure(pool, (size_t)1 << 30, 5, &slo, &shi);
+        const double peak_i8 = 2048.0 * nth * ghz * 1e-3, peak_bf = 1024.0 * nth * ghz * 1e-3; /* TOP/s */
+        printf("\n## threads=%d  stream read %.2f GB/s (min %.2f max %.2f); AMX peak %.1f int8 TOP/s, %.1f bf16 TFLOP/s\n",
+               nth, stream, slo, shi, peak_i8, peak_bf);
+        printf("%-5s %-11s | %8s %6s | %8s %6s | %9s %9s %6s | %9s %6s\n", "type", "KxN", "pk GB/s", "%strm",
+               "rows GB/s", "%strm", "vnni TF/s", "amx TF/s", "%peak", "amx/vnni", "MiB");
+        for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
+            const enum dtype t = k_types[ti];
+            const struct dtype_info *info = dtype_get((uint32_t)t);
+            if (!in_list(types, info->name)) continue;
+            const enum weight_layout lay = (t == DTYPE_F16 || t == DTYPE_BF16) ? WEIGHT_LAYOUT_F_PAIR16 : WEIGHT_LAYOUT_Q_TILE16;
+            for (size_t si = 0; si < NM_ARRAY_LEN(k_shapes); si++) {
+                const int64_t k = k_shapes[si][0], n = k_shapes[si][1];
+                char shape[32];
+                snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, k, n);
+                if (!in_list(shapes, shape) || k % info->blck_size) continue;
+                const size_t rbytes = dtype_row_size(t, k) * (size_t)n, pbytes = weight_packed_bytes(lay, t, k, n);
+                const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + pbytes - 1) / pbytes);
+                uint8_t *src = nm_alloc(rbytes * copies, 4096, "rows");
+                fill_weight(t, src, k, n);
+                for (int c = 1; c < copies; c++) memcpy(src + rbytes * c, src, rbytes);
+                uint8_t *pk = nm_alloc(pbytes * copies, 4096, "packed");
+                struct weight *wp = calloc((size_t)copies, sizeof *wp), *wr = calloc((size_t)copies, sizeof *wr);
+                weight_pack(packer, lay, t, k, n, src, dtype_row_size(t, k), pk, &wp[0]);
+                for (int c = 0; c < copies; c++) {
+                    if (c) memcpy(pk + pbytes * c, pk, pbytes);
+                    wp[c] = wp[0];
+                    wp[c].data = pk + pbytes * c;
+                    wr[c] = weight_rows(t, k, n, src + rbytes * c);
+                }
+                float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "x");
+                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(rng() % 2001) - 1000) * 1e-3f;
+                block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "q8");
+                float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "y");
+                struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};
+                kern_matmul_force_path(KERN_PATH_AUTO);
+                const double gp = pbytes / time_calls(pool, wp, copies, &x1, y, reps);
+                const double gr = rbytes / time_calls(pool, wr, copies, &x1, y, reps);
+                struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
+                const double flop = 2.0 * m_gemm * (double)n * (double)k;
+                const int greps = NM_MAX(1, reps / 2);
+                kern_matmul_force_path(KERN_PATH_VNNI);
+                const double tv = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
+                double ta = 0;
+                if (amx) {
+                    kern_matmul_force_path(KERN_PATH_AMX);
+                    ta = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
+                }
+                const double peak = dtype_uses_q8x(t) ? peak_i8 : peak_bf;
+                printf("%-5s %-11s | %8.2f %5.0f%% | %8.2f %5.0f%% | %9.3f %9.3f %5.1f%% | %9.2f %6.1f\n", info->name, shape,
+                       gp, 100 * gp / stream, gr, 100 * gr / stream, tv, ta, 100 * ta / peak, ta > 0 ? ta / tv : 0.0,
+                       pbytes / 1048576.0);
+                fflush(stdout);
+                if (sweep && si + 1 == NM_ARRAY_LEN(k_shapes) - 1 && (t == DTYPE_Q4_0 || t == DTYPE_BF16 || t == DTYPE_Q4_K)) {
+                    printf("  switch %s %s: us per call by m (vnni / amx):", info->name, shape);
+                    static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+                    for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
+                        struct act xs = {.m = ms[mi], .k = k, .f32 = x, .q8 = q8};
+                        kern_matmul_force_path(KERN_PATH_VNNI);
+                        const double a = time_calls(pool, wp, 1, &xs, y, reps);
+                        double b = 0;
+                        if (amx) {
+                            kern_matmul_force_path(KERN_PATH_AMX);
+                            b = time_calls(pool, wp, 1, &xs, y, reps);
+                        }
+                        printf(" m=%d %.0f/%.0f", ms[mi], a * 1e-3, b * 1e-3);
+                    }
+                    printf("\n");
+                }
+                kern_matmul_force_path(KERN_PATH_AUTO);
+                free(wp);
+                free(wr);
+                nm_free(src);
+                nm_free(pk);
+                nm_free(x);
+                nm_free(q8);
+                nm_free(y);
+            }
+        }
+        pool_free(pool);
+    }
+    pool_free(packer);
+    return 0;
+}

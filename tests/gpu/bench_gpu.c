@@ -1,0 +1,190 @@
+/* GPU rank figures (not a test: timings are printed, not asserted).
+ *   bench_gpu layers                GEMV GB/s for whole layers of qwen2.5-0.5b and llama-3-8b
+ *                                   shapes in several types, next to the device's theoretical
+ *                                   bandwidth; prompt GEMM TFLOP/s for the 8B layer
+ *   bench_gpu stage PRESET TYPE DIR pp512 and tg128 of a whole mkmodel model on the GPU stage
+ *                                   (layer_first 0), with weight bytes per token / time
+ * Warm-up excluded; mean over repetitions. Exit 77 without a device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_stage.h"
+#include "gtest.h"
+#include "ktest.h"
+#include "mkmodel.h"
+#include "model.h"
+
+static struct cuk_ctx *g_ctx;
+static double g_bw;
+
+struct shape { const char *name; int64_t k, n; };
+
+static void bench_layer(const char *model, const struct shape *sh, int n_sh, enum dtype t) {
+    krng r = {42};
+    void *w[8];
+    size_t bytes[8], total = 0;
+    int64_t kmax = 0, nmax = 0;
+    for (int i = 0; i < n_sh; i++) {
+        bytes[i] = dtype_row_size(t, sh[i].k) * (size_t)sh[i].n;
+        uint8_t *h = malloc(bytes[i]);
+        /* random blocks, one row pattern repeated (content does not change the speed) */
+        const size_t rb = dtype_row_size(t, sh[i].k);
+        krng_row(&r, t, h, sh[i].k);
+        for (int64_t j = 1; j < sh[i].n; j++) memcpy(h + (size_t)j * rb, h, rb);
+        w[i] = cuk_malloc(g_ctx, bytes[i], "bench weight", NULL, 0);
+        NM_ASSERT(w[i]);
+        cuk_h2d(g_ctx, w[i], h, bytes[i]);
+        free(h);
+        total += bytes[i];
+        kmax = NM_MAX(kmax, sh[i].k);
+        nmax = NM_MAX(nmax, sh[i].n);
+    }
+    const int M = 512;
+    float *x = cuk_malloc(g_ctx, (size_t)(M * kmax) * 4, "x", NULL, 0), *y = cuk_malloc(g_ctx, (size_t)(M * nmax) * 4, "y", NULL, 0);
+    NM_ASSERT(x && y);
+    /* one layer's GEMVs back to back, as in decode */
+    const int reps = 200;
+    for (int rep = 0; rep < 10; rep++)
+        for (int i = 0; i < n_sh; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, 1, y, sh[i].n);
+    cuk_sync(g_ctx);
+    uint64_t t0 = nm_time_ns();
+    for (int rep = 0; rep < reps; rep++)
+        for (int i = 0; i < n_sh; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, 1, y, sh[i].n);
+    cuk_sync(g_ctx);
+    const double s_layer = (double)(nm_time_ns() - t0) * 1e-9 / reps;
+    printf("%-12s %-5s layer GEMV: %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)\n", model, dtype_get(t)->name,
+           (double)total / (1 << 20), s_layer * 1e6, (double)total / s_layer / 1e9, 100 * (double)total / s_layer / 1e9 / g_bw,
+           g_bw);
+    for (int i = 0; i < n_sh; i++) {
+        cuk_sync(g_ctx);
+        t0 = nm_time_ns();
+        for (int rep = 0; rep < reps; rep++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, 1, y, sh[i].n);
+        cuk_sync(g_ctx);
+        const double s = (double)(nm_time_ns() - t0) * 1e-9 / reps;
+        printf("    %-6s %5lld x %5lld: %7.1f us %6.0f GB/s\n", sh[i].name, (long long)sh[i].n, (long long)sh[i].k, s * 1e6,
+               (double)bytes[i] / s / 1e9);
+    }
+    /* prompt path: M = 512 rows through dequantized tiles + cuBLAS */
+    double flops = 0;
+    for (int i = 0; i < n_sh; i++) flops += 2.0 * M * (double)sh[i].k * (double)sh[i].n;
+    for (int i = 0; i < n_sh; i++) cuk_gemm(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, M, y, sh[i].n);
+    cuk_sync(g_ctx);
+    t0 = nm_time_ns();
+    const int greps = 10;
+    for (int rep = 0; rep < greps; rep++)
+        for (int i = 0; i < n_sh; i++) cuk_gemm(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, M, y, sh[i].n);
+    cuk_sync(g_ctx);
+    const double sg = (double)(nm_time_ns() - t0) * 1e-9 / greps;
+    printf("    prompt GEMM M=%d: %.2f ms per layer, %.1f TFLOP/s\n", M, sg * 1e3, flops / sg / 1e12);
+    for (int i = 0; i < n_sh; i++) cuk_free(w[i]);
+    cuk_free(x);
+    cuk_free(y);
+}
+
+static int bench_layers(void) {
+    const struct shape q05[] = {{"q", 896, 896}, {"k", 896, 128}, {"v", 896, 128}, {"o", 896, 896},
+                                {"gate", 896, 4864}, {"up", 896, 4864}, {"down", 4864, 896}};
+    const struct shape l8[] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
+                               {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
+    char why[256];
+    if (cuk_ctx_reserve_gemm(g_ctx, 512, 14336, 64 << 20, why, sizeof why)) {
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    bench_layer("qwen2.5-0.5b", q05, 7, DTYPE_Q4_0);
+    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
+    for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", l8, 7, ts[i]);
+    return 0;
+}
+
+static int bench_stage(const char *preset_name, const char *type_name, const char *dir) {
+    const struct mkmodel_preset *preset = mkmodel_find_preset(preset_name);
+    const int ti = dtype_from_name(type_name);
+    if (!preset || ti < 0) return 2;
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/%s_%s.gguf", dir, preset_name, type_name);
+    struct pool *pool = pool_init(16, NULL);
+    struct mkmodel_params mp = {.preset = preset, .type = (enum dtype)ti, .output_type = -1, .seed = 7};
+    double t0 = nm_time_s();
+    if (mkmodel_write(&mp, path, pool, err, sizeof err)) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        return 1;
+    }
+    printf("mkmodel %s %s: %.1f s\n", preset_name, type_name, nm_time_s() - t0);
+    struct gguf_file *f;
+    struct model_config c;
+    if (gguf_open(path, &f, err, sizeof err) || model_config_read(f, &c, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    struct gpu_stage *s;
+    struct gpu_stage_params gp = {.device = 0, .layer_first = 0, .n_ctx = 1024, .n_batch = 512, .kv_type = DTYPE_F16};
+    if (gpu_stage_open(&s, f, &c, &gp, err, sizeof err)) {
+        fprintf(stderr, "gpu_stage_open: %s\n", err);
+        return 1;
+    }
+    const int64_t E = c.n_embd;
+    float *h = malloc((size_t)(512 * E) * sizeof(float));
+    krng r = {1};
+    for (int64_t i = 0; i < 512 * E; i++) h[i] = 0.5f * krng_normal(&r);
+    int32_t id;
+    float val;
+    /* pp512 x 3 (first is warm-up) */
+    double pp = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        gpu_stage_truncate(s, 0);
+        t0 = nm_time_s();
+        gpu_stage_eval(s, h, 512, 0, false, NULL, err, sizeof err);
+        gpu_stage_topk(s, 1, NULL, 0, 1.0f, &id, &val, err, sizeof err);
+        if (rep) pp += nm_time_s() - t0;
+    }
+    pp /= 2;
+    /* tg128 after a 16-token prompt; the hidden row goes up and the token id comes back */
+    gpu_stage_truncate(s, 0);
+    gpu_stage_eval(s, h, 16, 0, false, NULL, err, sizeof err);
+    for (int i = 0; i < 4; i++) gpu_stage_eval(s, h + (int64_t)(16 + i) * E, 1, 16 + i, false, NULL, err, sizeof err);
+    const int n_tg = 128;
+    t0 = nm_time_s();
+    for (int i = 0; i < n_tg; i++) {
+        gpu_stage_eval(s, h + (int64_t)((20 + i) % 512) * E, 1, 20 + i, false, NULL, err, sizeof err);
+        gpu_stage_topk(s, 1, NULL, 0, 1.0f, &id, &val, err, sizeof err);
+    }
+    const double tg = (nm_time_s() - t0) / n_tg;
+    const double wb = (double)gpu_stage_weight_bytes_uploaded(s);
+    printf("stage %s %s, all %lld layers + head on the GPU: pp512 %.1f tok/s, tg128 %.1f tok/s (%.2f ms/token); "
+           "weights %.1f MiB -> %.0f GB/s per token (%.0f%% of %.0f GB/s; roofline %.1f tok/s); weight bytes after load %llu\n",
+           preset_name, type_name, (long long)c.n_layer, 512 / pp, 1 / tg, tg * 1e3, wb / (1 << 20), wb / tg / 1e9,
+           100 * wb / tg / 1e9 / g_bw, g_bw, g_bw * 1e9 / wb, (unsigned long long)gpu_stage_weight_bytes_after_load(s));
+    gpu_stage_free(s);
+    gguf_close(f);
+    pool_free(pool);
+    free(h);
+    remove(path);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    gtest_require_device("bench_gpu");
+    struct gpu_info gi;
+    char err[256];
+    if (gpu_device_info(0, &gi, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    g_bw = gi.bandwidth_gbs;
+    printf("device 0: %s, %d SMs, cc %d.%d, %.1f GiB, %d-bit bus at %d MHz: %.0f GB/s theoretical, PCI %s\n", gi.name,
+           gi.sm_count, gi.cc_major, gi.cc_minor, (double)gi.total_bytes / (1 << 30), gi.bus_width_bits,
+           gi.mem_clock_khz / 1000, gi.bandwidth_gbs, gi.pci_bus_id);
+    if (argc >= 2 && strcmp(argv[1], "layers") == 0) {
+        g_ctx = cuk_ctx_init(0, err, sizeof err);
+        if (!g_ctx) return 77;
+        const int rc = bench_layers();
+        cuk_ctx_free(g_ctx);
+        return rc;
+    }
+    if (argc >= 5 && strcmp(argv[1], "stage") == 0) return bench_stage(argv[2], argv[3], argv[4]);
+    fprintf(stderr, "usage: %s layers | stage PRESET TYPE DIR\n", argv[0]);
+    return 2;
+}

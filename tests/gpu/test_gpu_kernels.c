@@ -1,0 +1,433 @@
+/* The CUDA kernels (kernels/cuda) against the plain-C references: matmuls of every supported
+ * type through the GEMV and the dequantize+cuBLAS path on odd shapes and strides (guard values
+ * around the outputs), expert matmuls, RMSNorm, Q/K norm + RoPE (both pairings, partial
+ * rotation, frequency factors), SwiGLU, biases, KV stores, attention (GQA, f16/f32 cache,
+ * several tiles), MoE routing and top-k with the repetition penalty. Exit 77 without a device. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gtest.h"
+#include "ktest.h"
+#include "ops.h"
+
+static struct cuk_ctx *g_ctx;
+
+static void *dev_from(const void *host, size_t bytes) {
+    void *d = cuk_malloc(g_ctx, bytes, "test buffer", NULL, 0);
+    NM_ASSERT(d);
+    cuk_h2d(g_ctx, d, host, bytes);
+    return d;
+}
+static void to_host(void *host, const void *d, size_t bytes) { cuk_d2h(g_ctx, host, d, bytes); }
+
+/* ---- matmul ------------------------------------------------------------------------------- */
+
+enum path { PATH_GEMV, PATH_GEMM, PATH_ID };
+
+/* W [n][k] of type t times x [m][ldx]; y [m][ldy] with guards in the padding columns. */
+static void check_matmul(krng *r, enum dtype t, int64_t k, int64_t n, int m, int64_t ldx, enum path path) {
+    const size_t rb = dtype_row_size(t, k);
+    const int n_exp = path == PATH_ID ? 5 : 1, x_div = path == PATH_ID ? 2 : 1;
+    const int n_x = path == PATH_ID ? (m + x_div - 1) / x_div : m;
+    uint8_t *w = malloc(rb * (size_t)n * (size_t)n_exp);
+    for (int64_t i = 0; i < n * n_exp; i++) krng_row(r, t, w + (size_t)i * rb, k);
+    float *x = calloc((size_t)(n_x * ldx), sizeof(float));
+    for (int i = 0; i < n_x; i++) krng_acts(r, x + i * ldx, k);
+    int32_t *ids = malloc((size_t)m * sizeof *ids);
+    for (int i = 0; i < m; i++) ids[i] = krng_int(r, n_exp);
+    const int64_t ldy = n + 3;
+    float *y = malloc((size_t)(m * ldy) * sizeof(float));
+    kguard_fill(y, m * ldy);
+
+    void *dw = dev_from(w, rb * (size_t)n * (size_t)n_exp);
+    float *dx = dev_from(x, (size_t)(n_x * ldx) * sizeof(float));
+    float *dy = dev_from(y, (size_t)(m * ldy) * sizeof(float));
+    int32_t *dids = dev_from(ids, (size_t)m * sizeof *ids);
+    if (path == PATH_GEMV) cuk_gemv(g_ctx, t, dw, k, n, dx, ldx, m, dy, ldy);
+    else if (path == PATH_GEMM) cuk_gemm(g_ctx, t, dw, k, n, dx, ldx, m, dy, ldy);
+    else cuk_matmul_id(g_ctx, t, dw, rb * (size_t)n, k, n, dx, ldx, x_div, dids, m, dy, ldy);
+    to_host(y, dy, (size_t)(m * ldy) * sizeof(float));
+
+    float *wrow = malloc((size_t)k * sizeof(float));
+    float *want = calloc((size_t)(m * n), sizeof(float)), *got = calloc((size_t)(m * n), sizeof(float));
+    double *mag = calloc((size_t)(m * n), sizeof(double));
+    int64_t guards = 0;
+    for (int i = 0; i < m; i++) {
+        const float *xi = x + (int64_t)(i / x_div) * ldx;
+        const uint8_t *we = w + (size_t)(path == PATH_ID ? ids[i] : 0) * rb * (size_t)n;
+        for (int64_t j = 0; j < n; j++) {
+            dequantize_row_ref(t, we + (size_t)j * rb, wrow, k);
+            double s = 0;
+            for (int64_t q = 0; q < k; q++) s += (double)wrow[q] * xi[q];
+            want[i * n + j] = (float)s;
+            got[i * n + j] = y[i * ldy + j];
+            mag[i * n + j] = kmag(wrow, xi, k);
+        }
+        for (int64_t j = n; j < ldy; j++) guards += !kguard_is(y[i * ldy + j]);
+    }
+    /* GEMV: f32 products, f32 sums. GEMM: weights and activations rounded to f16 (F32 weights
+     * stay f32 in cublasSgemm). */
+    const double tol = path == PATH_GEMM && t != DTYPE_F32 ? 2e-3 : 2e-5;
+    const char *pname = path == PATH_GEMV ? "gemv" : path == PATH_GEMM ? "gemm" : "matmul_id";
+    kcheck(got, want, mag, m * n, tol, "%s %s k=%lld n=%lld m=%d ldx=%lld", pname, dtype_get(t)->name, (long long)k,
+           (long long)n, m, (long long)ldx);
+    if (guards) ktest_fail("%s %s k=%lld n=%lld m=%d: %lld padding values of y overwritten", pname, dtype_get(t)->name,
+                           (long long)k, (long long)n, m, (long long)guards);
+    cuk_free(dw);
+    cuk_free(dx);
+    cuk_free(dy);
+    cuk_free(dids);
+    free(w);
+    free(x);
+    free(ids);
+    free(y);
+    free(wrow);
+    free(want);
+    free(got);
+    free(mag);
+}
+
+static void test_matmul(krng *r) {
+    const enum dtype types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0,
+                                DTYPE_Q4_1, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+    const int ms[] = {1, 3, 7, 19};
+    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+        const enum dtype t = types[ti];
+        const int bs = dtype_get(t)->blck_size;
+        int64_t ks[3];
+        if (bs == 1) { ks[0] = 33; ks[1] = 64; ks[2] = 200; }
+        else if (bs == 32) { ks[0] = 32; ks[1] = 96; ks[2] = 800; }
+        else { ks[0] = 256; ks[1] = 768; ks[2] = 1280; }
+        const int64_t ns[] = {1, 37, 130};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++)
+                for (size_t c = 0; c < NM_ARRAY_LEN(ms); c++) {
+                    const int64_t k = ks[a], ldx = (k + 3) / 4 * 4 + (c == 2 ? 4 : 0);
+                    check_matmul(r, t, k, ns[b], ms[c], ldx, PATH_GEMV);
+                    check_matmul(r, t, k, ns[b], ms[c], ldx, PATH_GEMM);
+                    if (b == 1) check_matmul(r, t, k, ns[b], ms[c] * 2, ldx, PATH_ID);
+                }
+        printf("matmul %s: gemv, gemm, matmul_id checked (worst normalized error so far %.2e)\n", dtype_get(t)->name,
+               ktest_worst_err);
+    }
+}
+
+/* ---- element-wise ------------------------------------------------------------------------- */
+
+static void check_close(const float *got, const float *want, int64_t n, double tol, const char *what) {
+    double worst = 0, scale = 0;
+    int64_t wi = 0;
+    for (int64_t i = 0; i < n; i++) scale = fmax(scale, fabs((double)want[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - (double)want[i]) / (scale > 0 ? scale : 1);
+        if (!isfinite(got[i])) e = INFINITY;
+        if (e > worst) {
+            worst = e;
+            wi = i;
+        }
+    }
+    if (worst > tol)
+        ktest_fail("%s: [%lld] got %.9g want %.9g (error %.3e of the largest value, tolerance %.1e)", what, (long long)wi,
+                   (double)got[wi], (double)want[wi], worst, tol);
+}
+
+static void test_elementwise(krng *r) {
+    const int rows = 3;
+    const int64_t n = 896;
+    float *x = malloc(rows * n * sizeof(float)), *w = malloc(n * sizeof(float)), *want = malloc(rows * n * sizeof(float)),
+          *got = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float));
+    krng_acts(r, x, rows * n);
+    krng_acts(r, u, rows * n);
+    for (int64_t i = 0; i < n; i++) w[i] = 1.0f + 0.1f * krng_normal(r);
+    float *dx = dev_from(x, rows * n * sizeof(float)), *dw = dev_from(w, n * sizeof(float)),
+          *du = dev_from(u, rows * n * sizeof(float));
+    /* rmsnorm (in place) */
+    for (int i = 0; i < rows; i++) op_rmsnorm(want + i * n, x + i * n, w, n, 1e-6f);
+    cuk_rmsnorm(g_ctx, dx, dx, dw, rows, n, 1e-6f);
+    to_host(got, dx, rows * n * sizeof(float));
+    check_close(got, want, rows * n, 1e-6, "rmsnorm");
+    /* swiglu */
+    cuk_h2d(g_ctx, dx, x, rows * n * sizeof(float));
+    op_swiglu(want, x, u, rows * n);
+    cuk_swiglu(g_ctx, dx, dx, du, rows * n);
+    to_host(got, dx, rows * n * sizeof(float));
+    check_close(got, want, rows * n, 1e-6, "swiglu");
+    /* bias, add */
+    cuk_h2d(g_ctx, dx, x, rows * n * sizeof(float));
+    for (int i = 0; i < rows; i++) {
+        memcpy(want + i * n, x + i * n, n * sizeof(float));
+        op_add(want + i * n, w, n);
+        op_add(want + i * n, u + i * n, n);
+    }
+    cuk_add_bias(g_ctx, dx, dw, rows, n);
+    cuk_add(g_ctx, dx, du, rows * n);
+    to_host(got, dx, rows * n * sizeof(float));
+    check_close(got, want, rows * n, 0, "add_bias + add");
+    /* kv store: f16 rounding bit-exact with op_store_kv */
+    uint16_t *c16 = malloc(rows * n * 2), *g16 = malloc((rows + 2) * n * 2);
+    void *dc = cuk_malloc(g_ctx, (rows + 2) * n * 2, "cache", NULL, 0);
+    cuk_h2d(g_ctx, dx, x, rows * n * sizeof(float));
+    cuk_kv_store(g_ctx, dc, DTYPE_F16, dx, rows, n, 2);
+    to_host(g16, dc, (rows + 2) * n * 2);
+    op_store_kv(c16, x, rows * n, DTYPE_F16);
+    if (memcmp(g16 + 2 * n, c16, rows * n * 2) != 0) ktest_fail("kv_store f16: differs from op_store_kv");
+    for (int64_t i = 0; i < 2 * n; i++)
+        if (g16[i] != 0) {
+            ktest_fail("kv_store f16: wrote before position pos0");
+            break;
+        }
+    cuk_free(dc);
+    free(c16);
+    free(g16);
+    cuk_free(dx);
+    cuk_free(dw);
+    cuk_free(du);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+    free(u);
+    printf("elementwise: rmsnorm, swiglu, add_bias, add, kv_store checked\n");
+}
+
+static void test_norm_rope(krng *r) {
+    struct { int64_t head_dim, n_rot; int neox, norm, freqs; } cases[] = {
+        {64, 64, 0, 0, 0}, {64, 64, 1, 0, 0}, {128, 128, 1, 1, 0}, {64, 32, 1, 0, 0}, {128, 128, 0, 0, 1}, {80, 48, 0, 1, 1},
+    };
+    const int m = 5, n_head = 3;
+    const int64_t n_ctx = 40, pos0 = 17;
+    for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++) {
+        const int64_t hd = cases[ci].head_dim, nr = cases[ci].n_rot, stride = n_head * hd + 8;
+        float freqs[256], nw[256];
+        for (int i = 0; i < nr / 2; i++) freqs[i] = 1.0f + 3.0f * krng_unit(r);
+        for (int i = 0; i < hd; i++) nw[i] = 1.0f + 0.2f * krng_normal(r);
+        float *table = malloc(n_ctx * nr * sizeof(float));
+        for (int64_t p = 0; p < n_ctx; p++)
+            op_rope_cache(table + p * nr, p, nr, 1e6f, 0.5f, cases[ci].freqs ? freqs : NULL);
+        float *x = malloc(m * stride * sizeof(float)), *want = malloc(m * stride * sizeof(float)),
+              *got = malloc(m * stride * sizeof(float));
+        krng_acts(r, x, m * stride);
+        memcpy(want, x, m * stride * sizeof(float));
+        for (int i = 0; i < m; i++)
+            for (int h = 0; h < n_head; h++) {
+                float *v = want + i * stride + h * hd;
+                if (cases[ci].norm) op_rmsnorm(v, v, nw, hd, 1e-6f);
+                op_rope(v, table + (pos0 + i) * nr, nr, cases[ci].neox);
+            }
+        float *dx = dev_from(x, m * stride * sizeof(float)), *dt = dev_from(table, n_ctx * nr * sizeof(float)),
+              *dn = dev_from(nw, hd * sizeof(float));
+        cuk_norm_rope(g_ctx, dx, m, n_head, hd, stride, cases[ci].norm ? dn : NULL, 1e-6f, dt, pos0, nr, cases[ci].neox);
+        to_host(got, dx, m * stride * sizeof(float));
+        char what[96];
+        snprintf(what, sizeof what, "norm_rope head_dim=%lld n_rot=%lld neox=%d norm=%d freqs=%d", (long long)hd,
+                 (long long)nr, cases[ci].neox, cases[ci].norm, cases[ci].freqs);
+        check_close(got, want, m * stride, 1e-6, what);
+        cuk_free(dx);
+        cuk_free(dt);
+        cuk_free(dn);
+        free(table);
+        free(x);
+        free(want);
+        free(got);
+    }
+    printf("norm_rope: %zu cases checked\n", NM_ARRAY_LEN(cases));
+}
+
+static void test_attention(krng *r) {
+    struct { int n_head, n_head_kv; int64_t hd, hdv; int m; int64_t pos0; enum dtype kv; } cases[] = {
+        {4, 2, 64, 64, 1, 0, DTYPE_F16},   {6, 2, 64, 64, 5, 300, DTYPE_F16}, {6, 2, 128, 128, 3, 520, DTYPE_F32},
+        {2, 1, 80, 96, 9, 7, DTYPE_F32},   {8, 8, 256, 256, 2, 40, DTYPE_F16}, {14, 2, 64, 64, 16, 0, DTYPE_F16},
+    };
+    for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++) {
+        const int nh = cases[ci].n_head, nkv = cases[ci].n_head_kv, m = cases[ci].m;
+        const int64_t hd = cases[ci].hd, hdv = cases[ci].hdv, pos0 = cases[ci].pos0, n_kv = pos0 + m;
+        const int64_t kr = nkv * hd, vr = nkv * hdv, es = cases[ci].kv == DTYPE_F16 ? 2 : 4;
+        float *kf = malloc(n_kv * kr * sizeof(float)), *vf = malloc(n_kv * vr * sizeof(float)),
+              *q = malloc(m * nh * hd * sizeof(float));
+        krng_acts(r, kf, n_kv * kr);
+        krng_acts(r, vf, n_kv * vr);
+        krng_acts(r, q, m * nh * hd);
+        for (int64_t i = 0; i < m * nh * hd; i++) q[i] *= 0.05f; /* keep the softmax from being one-hot */
+        uint8_t *kc = malloc(n_kv * kr * es), *vc = malloc(n_kv * vr * es);
+        op_store_kv(kc, kf, n_kv * kr, cases[ci].kv);
+        op_store_kv(vc, vf, n_kv * vr, cases[ci].kv);
+        const float scale = 1.0f / sqrtf((float)hd);
+        const int64_t ldo = nh * hdv + 5;
+        float *want = calloc(m * ldo, sizeof(float)), *got = malloc(m * ldo * sizeof(float)),
+              *scratch = malloc(n_kv * sizeof(float));
+        for (int i = 0; i < m; i++)
+            for (int h = 0; h < nh; h++) {
+                const int hk = h / (nh / nkv);
+                op_attention_head_ref(want + i * ldo + h * hdv, q + (i * nh + h) * hd, kc + hk * hd * es,
+                                      vc + hk * hdv * es, cases[ci].kv, pos0 + i + 1, kr, vr, hd, hdv, scale, scratch);
+            }
+        void *dk = dev_from(kc, n_kv * kr * es), *dv = dev_from(vc, n_kv * vr * es);
+        float *dq = dev_from(q, m * nh * hd * sizeof(float)), *dout = dev_from(want, m * ldo * sizeof(float));
+        cuk_attention(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, pos0, nh, nkv, hd, hdv, scale);
+        to_host(got, dout, m * ldo * sizeof(float));
+        char what[128];
+        snprintf(what, sizeof what, "attention heads=%d/%d head_dim=%lld/%lld rows=%d pos0=%lld %s", nh, nkv,
+                 (long long)hd, (long long)hdv, m, (long long)pos0, cases[ci].kv == DTYPE_F16 ? "f16" : "f32");
+        check_close(got, want, m * ldo, 2e-5, what);
+        cuk_free(dk);
+        cuk_free(dv);
+        cuk_free(dq);
+        cuk_free(dout);
+        free(kf);
+        free(vf);
+        free(q);
+        free(kc);
+        free(vc);
+        free(want);
+        free(got);
+        free(scratch);
+    }
+    printf("attention: %zu cases checked\n", NM_ARRAY_LEN(cases));
+}
+
+static void test_moe(krng *r) {
+    const int m = 7, ne = 60, nu = 4;
+    const int64_t n = 130;
+    float *l = malloc(m * ne * sizeof(float));
+    for (int i = 0; i < m * ne; i++) l[i] = 2.0f * krng_normal(r);
+    l[3] = l[5] = 9.0f; /* a tie: the lower id first */
+    float *dl = dev_from(l, m * ne * sizeof(float)), *dw = cuk_malloc(g_ctx, m * nu * 4, "w", NULL, 0);
+    int32_t *di = cuk_malloc(g_ctx, m * nu * 4, "ids", NULL, 0);
+    cuk_moe_route(g_ctx, dl, m, ne, nu, di, dw);
+    int32_t ids[7 * 4];
+    float w[7 * 4];
+    to_host(ids, di, sizeof ids);
+    to_host(w, dw, sizeof w);
+    for (int i = 0; i < m; i++) {
+        double p[60], mx = -INFINITY, s = 0;
+        bool taken[60] = {false};
+        for (int e = 0; e < ne; e++) mx = fmax(mx, l[i * ne + e]);
+        for (int e = 0; e < ne; e++) s += p[e] = exp(l[i * ne + e] - mx);
+        int sel[4];
+        double ss = 0;
+        for (int k = 0; k < nu; k++) {
+            int b = -1;
+            for (int e = 0; e < ne; e++)
+                if (!taken[e] && (b < 0 || p[e] > p[b])) b = e;
+            taken[b] = true;
+            sel[k] = b;
+            ss += p[b];
+        }
+        for (int k = 0; k < nu; k++) {
+            if (ids[i * nu + k] != sel[k]) ktest_fail("moe_route row %d slot %d: expert %d, want %d", i, k, ids[i * nu + k], sel[k]);
+            if (fabs(w[i * nu + k] - p[sel[k]] / ss) > 1e-6)
+                ktest_fail("moe_route row %d slot %d: weight %.8f, want %.8f", i, k, (double)w[i * nu + k], p[sel[k]] / ss);
+        }
+        (void)s;
+    }
+    /* combine */
+    float *x = malloc(m * n * 4), *y = malloc(m * nu * n * 4), *want = malloc(m * n * 4), *got = malloc(m * n * 4);
+    krng_acts(r, x, m * n);
+    krng_acts(r, y, m * nu * n);
+    for (int i = 0; i < m; i++)
+        for (int64_t d = 0; d < n; d++) {
+            float acc = 0;
+            for (int k = 0; k < nu; k++) acc += w[i * nu + k] * y[(i * nu + k) * n + d];
+            want[i * n + d] = x[i * n + d] + acc;
+        }
+    float *dx = dev_from(x, m * n * 4), *dy = dev_from(y, m * nu * n * 4);
+    cuk_moe_combine(g_ctx, dx, dy, dw, m, nu, n);
+    to_host(got, dx, m * n * 4);
+    check_close(got, want, m * n, 1e-6, "moe_combine");
+    cuk_free(dl);
+    cuk_free(dw);
+    cuk_free(di);
+    cuk_free(dx);
+    cuk_free(dy);
+    free(l);
+    free(x);
+    free(y);
+    free(want);
+    free(got);
+    printf("moe: route and combine checked\n");
+}
+
+struct cand { int32_t id; float v; };
+static int cmp_cand(const void *a, const void *b) {
+    const struct cand *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? 1 : -1;
+    return x->id - y->id;
+}
+
+static void test_topk(krng *r) {
+    const int64_t ns[] = {151936, 1000, 4096};
+    for (size_t ni = 0; ni < NM_ARRAY_LEN(ns); ni++) {
+        const int64_t n = ns[ni];
+        float *l = malloc(n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) l[i] = (float)krng_int(r, 2000) / 100.0f - 10.0f; /* many ties */
+        float *dl = dev_from(l, n * sizeof(float));
+        void *scratch = cuk_malloc(g_ctx, cuk_topk_scratch_bytes(n), "topk", NULL, 0);
+        int32_t pen[70];
+        for (int i = 0; i < 70; i++) pen[i] = i < 10 ? pen[0] : (int32_t)krng_int(r, (int)n); /* repeats count once */
+        pen[0] = 5;
+        const int ks[] = {1, 40, 1000};
+        for (int pi = 0; pi < 2; pi++)
+            for (size_t ki = 0; ki < NM_ARRAY_LEN(ks); ki++) {
+                const int k = ks[ki];
+                if (k > n) continue;
+                const float penalty = pi ? 1.3f : 1.0f;
+                struct cand *c = malloc(n * sizeof *c);
+                for (int64_t i = 0; i < n; i++) c[i] = (struct cand){(int32_t)i, l[i]};
+                if (pi) {
+                    bool *done = calloc(n, 1);
+                    for (int i = 0; i < 70; i++) {
+                        if (done[pen[i]]) continue;
+                        done[pen[i]] = true;
+                        c[pen[i]].v = c[pen[i]].v > 0 ? c[pen[i]].v / penalty : c[pen[i]].v * penalty;
+                    }
+                    free(done);
+                }
+                qsort(c, n, sizeof *c, cmp_cand);
+                int32_t ids[1000];
+                float vals[1000];
+                cuk_topk(g_ctx, dl, n, k, pen, pi ? 70 : 0, penalty, scratch, ids, vals);
+                for (int j = 0; j < k; j++)
+                    if (ids[j] != c[j].id || vals[j] != c[j].v) {
+                        ktest_fail("topk n=%lld k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)", (long long)n, k,
+                                   (double)penalty, j, ids[j], (double)vals[j], c[j].id, (double)c[j].v);
+                        break;
+                    }
+                free(c);
+            }
+        /* The device logits are not modified by the penalty. */
+        float *back = malloc(n * sizeof(float));
+        to_host(back, dl, n * sizeof(float));
+        if (memcmp(back, l, n * sizeof(float)) != 0) ktest_fail("topk n=%lld: modified the logits", (long long)n);
+        free(back);
+        cuk_free(dl);
+        cuk_free(scratch);
+        free(l);
+    }
+    printf("topk: checked against a full sort\n");
+}
+
+int main(int argc, char **argv) {
+    ktest_init(argc, argv);
+    gtest_require_device("test_gpu_kernels");
+    char why[256];
+    g_ctx = cuk_ctx_init(0, why, sizeof why);
+    if (!g_ctx) {
+        printf("test_gpu_kernels: skipped: %s\n", why);
+        return 77;
+    }
+    if (cuk_ctx_reserve_gemm(g_ctx, 64, 4096, 64 << 10, why, sizeof why)) {
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    krng r = {ktest_seed};
+    test_matmul(&r);
+    test_elementwise(&r);
+    test_norm_rope(&r);
+    test_attention(&r);
+    test_moe(&r);
+    test_topk(&r);
+    cuk_ctx_free(g_ctx);
+    return ktest_finish("test_gpu_kernels");
+}

@@ -1,0 +1,27 @@
+# tests/gpu/: the GPU rank (ctest -L gpu). Each test exits 77 ("no CUDA device: ...", reported as
+# skipped) where no device can be used, as on the CI machine, which has nvcc but no GPU.
+set(NM_GTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+nm_add_test(test_gpu_kernels SOURCES ${NM_GTEST_DIR}/test_gpu_kernels.c LIBS nm_cuda nm_kernels LABELS gpu)
+target_include_directories(test_gpu_kernels PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+
+# The stage against the CPU engine: every tiny preset in every weight type, layer_first 0, 1,
+# n_layer/2 and n_layer; one 2100-token prompt in chunks of 512.
+add_executable(test_gpu_stage ${NM_GTEST_DIR}/test_gpu_stage.c)
+target_link_libraries(test_gpu_stage PRIVATE nm_rank)
+set(NM_GPU_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
+set(NM_GPU_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k)
+foreach(preset ${NM_GPU_PRESETS})
+  foreach(type ${NM_GPU_TYPES})
+    add_test(NAME gpu_stage_${preset}_${type}
+             COMMAND test_gpu_stage ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/gpu_models)
+    set_tests_properties(gpu_stage_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+  endforeach()
+endforeach()
+add_test(NAME gpu_stage_long_prompt
+         COMMAND test_gpu_stage tiny-llama q4_0 ${CMAKE_CURRENT_BINARY_DIR}/gpu_models --long)
+set_tests_properties(gpu_stage_long_prompt PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+# Figures, not a test (tests/bench/RESULTS.md): bench_gpu layers | stage PRESET TYPE DIR.
+add_executable(bench_gpu ${NM_GTEST_DIR}/bench_gpu.c)
+target_link_libraries(bench_gpu PRIVATE nm_rank)
+target_include_directories(bench_gpu PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)

@@ -1,0 +1,73 @@
+/* op_attention_queries (flash-style prompt attention) and its _ref twin against the one-query
+ * reference op_attention_head_ref run per query with n_kv = pos0 + i + 1 (the causal window),
+ * for F32 and F16 KV, odd head dims (tails of 16), n_q 1..67 with pos0 > 0 (a prompt continuing
+ * a cache) and windows crossing ATTN_KV_BLOCK; scores spread widely (large |q|) so the running
+ * max must be rescaled. Outputs get guard values between rows (out_stride > head_dim_v) and
+ * after the last; NaN/inf fail. Tolerance: relative to max |v| (attention outputs are convex
+ * combinations of V rows): TOL_ATTN 2e-5 (polynomial exp, different summation order). */
+#include "ktest.h"
+#include "ops.h"
+#include "cpu.h"
+
+#define TOL_ATTN 2e-5
+
+int main(int argc, char **argv) {
+    ktest_init(argc, argv);
+    krng r = {ktest_seed};
+    const bool fast = strcmp(kern_isa_get()->name, "avx512") == 0;
+    printf("test_attn_queries: ISA %s\n", kern_isa_get()->name);
+    double worst = 0.0;
+    for (int trial = 0; trial < 60; trial++) {
+        const enum dtype kv = trial % 2 ? DTYPE_F16 : DTYPE_F32;
+        const int64_t hd = 1 + krng_int(&r, 140), hdv = trial % 3 ? hd : 1 + krng_int(&r, 140);
+        const int64_t n_q = 1 + krng_int(&r, 67), pos0 = krng_int(&r, 3) ? krng_int(&r, 150) : 0;
+        const int64_t n_kv = pos0 + n_q, ks = hd + krng_int(&r, 5), vs = hdv + krng_int(&r, 5);
+        const size_t es = kv == DTYPE_F16 ? 2 : 4;
+        uint8_t *k = malloc((size_t)(n_kv * ks) * es), *v = malloc((size_t)(n_kv * vs) * es);
+        float *tmp = malloc((size_t)NM_MAX(ks, vs) * 4), vmax = 0.0f;
+        for (int64_t t = 0; t < n_kv; t++) {
+            for (int64_t c = 0; c < ks; c++) tmp[c] = krng_normal(&r);
+            op_store_kv(k + (size_t)(t * ks) * es, tmp, ks, kv);
+            for (int64_t c = 0; c < vs; c++) tmp[c] = krng_normal(&r);
+            op_store_kv(v + (size_t)(t * vs) * es, tmp, vs, kv);
+            for (int64_t c = 0; c < hdv; c++) vmax = fmaxf(vmax, fabsf(tmp[c]));
+        }
+        const int64_t qs = hd + 3, os = hdv + 2;
+        float *q = malloc((size_t)(n_q * qs) * 4);
+        const float qscale = trial % 4 == 0 ? 4.0f : 1.0f; /* wide score range */
+        for (int64_t i = 0; i < n_q * qs; i++) q[i] = qscale * krng_normal(&r);
+        const float scale = 1.0f / sqrtf((float)hd);
+        float *want = malloc((size_t)(n_q * hdv) * 4), *sc = malloc((size_t)n_kv * 4);
+        for (int64_t i = 0; i < n_q; i++)
+            op_attention_head_ref(want + i * hdv, q + i * qs, k, v, kv, pos0 + i + 1, ks, vs, hd, hdv, scale, sc);
+        float *scratch = malloc(op_attention_queries_scratch(hdv) * 4);
+        const int64_t ytot = n_q * os + 16;
+        float *y = malloc((size_t)ytot * 4);
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 1 && !fast) break;
+            kguard_fill(y, ytot);
+            (pass ? op_attention_queries : op_attention_queries_ref)(y, os, q, qs, n_q, pos0, k, v, kv, ks, vs, hd, hdv,
+                                                                      scale, scratch);
+            int64_t bad = kguard_count_bad(y + n_q * os, 16);
+            for (int64_t i = 0; i < n_q; i++) bad += kguard_count_bad(y + i * os + hdv, os - hdv);
+            if (bad) ktest_fail("attention %s trial %d: %" PRId64 " guard values overwritten", pass ? "fast" : "ref", trial, bad);
+            for (int64_t i = 0; i < n_q; i++)
+                for (int64_t c = 0; c < hdv; c++) {
+                    const float g = y[i * os + c], w = want[i * hdv + c];
+                    const double err = isfinite(g) ? fabs((double)g - w) / fmax(vmax, 1e-30) : INFINITY;
+                    if (err > worst) worst = err;
+                    if (!(err <= TOL_ATTN)) {
+                        ktest_fail("attention %s %s hd=%" PRId64 " hdv=%" PRId64 " n_q=%" PRId64 " pos0=%" PRId64
+                                   " query %" PRId64 " [%" PRId64 "]: %.9g, want %.9g (error %.2e)",
+                                   pass ? "fast" : "ref", dtype_get(kv)->name, hd, hdv, n_q, pos0, i, c, g, w, err);
+                        i = n_q;
+                        break;
+                    }
+                }
+        }
+        free(k); free(v); free(tmp); free(q); free(want); free(sc); free(scratch); free(y);
+        if (ktest_failures > 10) break;
+    }
+    printf("  worst error %.2e (tolerance %.0e)\n", worst, TOL_ATTN);
+    return ktest_finish("test_attn_queries");
+}
