@@ -10,6 +10,7 @@
 #include "coll.h"
 #include "cpu.h"
 #include "gpu_stage.h"
+#include "layout.h"
 #include "pipeline.h"
 
 static void print_model(const struct session *s) {
@@ -40,9 +41,47 @@ static void print_model(const struct session *s) {
                 (long long)c->n_head, (long long)c->n_head_kv, (long long)c->head_dim, (long long)c->n_rot,
                 c->rope_type == ROPE_TYPE_NEOX ? "neox" : "norm", c->rope_freq_base, c->rope_freq_scale,
                 m->rope_freqs ? " with rope_freqs" : "", c->rms_eps);
-    nm_log_info("  ranks %d (%s), threads %d per rank, kernels %s, weight layout %s", s->nranks,
+    nm_log_info("  ranks %d (%s), threads %d per rank, kernels %s; layers 0-%lld on the CPU ranks%s", s->nranks,
                 coll_transport_name(s->coll), pool_size(s->pool), kern_isa_get()->name,
-                weight_layout_name(m->layers[0].wq.layout));
+                (long long)m->n_layer_local - 1, m->head_remote ? ", the rest and the head on the GPU" : "");
+}
+
+/* The layout of every tensor class this rank holds (layout.h), as the loader chose it; with
+ * --strict a downgrade (a better layout this CPU cannot run) is an error. */
+static enum nm_status check_layouts(const struct session *s, bool strict, char *err, size_t errlen) {
+    const struct model *m = s->m;
+    struct layout_tensor_class cls[16];
+    int n = 0;
+    cls[n++] = (struct layout_tensor_class){"token_embd", TENSOR_USE_ROWS, m->tok_embd.type};
+    cls[n++] = (struct layout_tensor_class){"norms, biases", TENSOR_USE_VECTOR, DTYPE_F32};
+    if (m->n_layer_local > 0) {
+        const struct layer_weights *L = &m->layers[0];
+        cls[n++] = (struct layout_tensor_class){"blk.*.attn_q", TENSOR_USE_MATMUL, L->wq.type};
+        cls[n++] = (struct layout_tensor_class){"blk.*.attn_k", TENSOR_USE_MATMUL, L->wk.type};
+        cls[n++] = (struct layout_tensor_class){"blk.*.attn_v", TENSOR_USE_MATMUL, L->wv.type};
+        cls[n++] = (struct layout_tensor_class){"blk.*.attn_output", TENSOR_USE_MATMUL, L->wo.type};
+        if (m->cfg.n_expert > 0) {
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_gate_inp", TENSOR_USE_MATMUL, L->router.type};
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_gate_exps", TENSOR_USE_MATMUL, L->gate_exps[0].type};
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_up_exps", TENSOR_USE_MATMUL, L->up_exps[0].type};
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_down_exps", TENSOR_USE_MATMUL, L->down_exps[0].type};
+        } else {
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_gate", TENSOR_USE_MATMUL, L->w_gate.type};
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_up", TENSOR_USE_MATMUL, L->w_up.type};
+            cls[n++] = (struct layout_tensor_class){"blk.*.ffn_down", TENSOR_USE_MATMUL, L->w_down.type};
+        }
+    }
+    if (!m->head_remote) cls[n++] = (struct layout_tensor_class){"output", TENSOR_USE_MATMUL, m->output.type};
+    static const struct cpu_features plain;
+    const struct cpu_features *cpu = strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
+    const int level = nm_log_level;
+    if (s->rank != 0) nm_log_level = 0; /* one table: every rank of a host plans the same */
+    char why[512] = "";
+    const int downgrades = layout_report(cls, n, cpu, why, sizeof why);
+    nm_log_level = level;
+    if (downgrades > 0 && strict)
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "--strict: a weight layout is downgraded: %s", why);
+    return NM_OK;
 }
 
 int session_launch(struct launch_request *req, struct session_opts *so) {
@@ -119,6 +158,7 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
     coll_barrier(s->coll);
     coll_set_timeout(s->coll, timeout);
     print_model(s);
+    if ((st = check_layouts(s, o->strict, err, errlen))) return st;
     char terr[512];
     if (tok_init(&s->tok, s->m->file, terr, sizeof terr) != NM_OK) {
         s->tok = NULL;
@@ -131,6 +171,8 @@ enum nm_status session_engine(struct session *s, const struct session_opts *o, i
                               size_t errlen) {
     struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o->n_batch, .kv_type = o->kv_type};
     enum nm_status st = NM_OK;
+    const double timeout = coll_timeout(s->coll);
+    coll_set_timeout(s->coll, 600); /* the other ranks wait while rank 0's stage uploads its weights */
     if (s->m->head_remote && s->rank == 0) {
         const struct gpu_stage_params gp = {.device = 0, .layer_first = s->m->n_layer_local, .n_ctx = n_ctx,
                                             .n_batch = o->n_batch, .kv_type = o->kv_type};
@@ -144,6 +186,7 @@ enum nm_status session_engine(struct session *s, const struct session_opts *o, i
     /* Every CPU rank learns whether rank 0's stage opened, so that none waits alone. */
     int32_t ok = st == NM_OK;
     coll_bcast(s->coll, &ok, sizeof ok, 0);
+    coll_set_timeout(s->coll, timeout);
     if (!ok) return st ? st : nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "rank 0 could not open the GPU stage (see its message)");
     if ((st = engine_init(&s->e, s->m, s->pool, s->coll, &ep, err, errlen))) pipeline_close(&ep.stage);
     return st;

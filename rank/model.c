@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "coll.h"
+#include "cpu.h"
+#include "layout.h"
 #include "quant.h"
 
 const char *arch_name(enum arch a) {
@@ -331,6 +333,31 @@ static void *copy_slice(struct binder *b, const struct gguf_tensor *t, struct ra
     return dst;
 }
 
+/* The layout every matmul weight of this process gets (layout.h), from the CPU the kernels run
+ * on: the plain-C path (NM_ISA=ref) plans for a CPU without extensions. */
+static enum weight_layout matmul_layout(enum dtype type) {
+    static const struct cpu_features plain;
+    const struct cpu_features *cpu = strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
+    return layout_plan(TENSOR_USE_MATMUL, type, cpu, NULL);
+}
+
+/* This rank's slice of a matmul weight, in the layout the planner picks: rows `rows` and values
+ * `cols` of a {k, n} tensor copied as GGUF rows, or repacked (weight_pack, the only producer of
+ * packed layouts) straight from the mapped file into the arena, on the pool's threads. */
+static struct weight load_matmul_slice(struct binder *b, const struct gguf_tensor *t, struct range rows,
+                                       struct range cols) {
+    const enum dtype type = (enum dtype)t->type;
+    const enum weight_layout layout = matmul_layout(type);
+    if (layout == WEIGHT_LAYOUT_ROWS)
+        return weight_rows(type, range_len(cols), range_len(rows), copy_slice(b, t, rows, cols));
+    const size_t src_stride = dtype_row_size(type, t->ne[0]);
+    const uint8_t *src = (const uint8_t *)t->data + (size_t)rows.begin * src_stride + dtype_row_size(type, cols.begin);
+    void *dst = arena_alloc(b->m->arena, weight_packed_bytes(layout, type, range_len(cols), range_len(rows)), t->name);
+    struct weight w;
+    weight_pack(b->p->pool, layout, type, range_len(cols), range_len(rows), src, src_stride, dst, &w);
+    return w;
+}
+
 /* A matmul weight {k, n} (y[n] = W x[k]); this rank keeps rows `rows` and values `cols`. */
 static enum nm_status bind_matmul(struct binder *b, const char *name, int64_t k, int64_t n, bool required,
                                   struct range rows, struct range cols, struct weight *w) {
@@ -351,7 +378,7 @@ static enum nm_status bind_matmul(struct binder *b, const char *name, int64_t k,
         *w = weight_rows((enum dtype)t->type, k, n, t->data); /* marks the tensor present */
         return NM_OK;
     }
-    *w = weight_rows((enum dtype)t->type, range_len(cols), range_len(rows), copy_slice(b, t, rows, cols));
+    *w = load_matmul_slice(b, t, rows, cols);
     b->copy_bytes += slice_bytes;
     return NM_OK;
 }
@@ -417,8 +444,7 @@ static enum nm_status bind_experts(struct binder *b, const char *name, int64_t k
     }
     struct weight *w = arena_alloc(b->m->arena, (size_t)n_expert * sizeof *w, name);
     for (int64_t e = 0; e < n_expert; e++)
-        w[e] = weight_rows((enum dtype)t->type, range_len(cols), range_len(rows),
-                           copy_slice(b, t, shift(rows, e * n), cols));
+        w[e] = load_matmul_slice(b, t, shift(rows, e * n), cols);
     b->copy_bytes += slice_bytes * (uint64_t)n_expert;
     b->expert_bytes += slice_bytes * (uint64_t)n_expert;
     *out = w;
@@ -482,7 +508,7 @@ static enum nm_status bind_head(struct binder *b, const struct gguf_tensor *te) 
         b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
         nm_log_info("output.weight absent: output head tied to token_embd.weight");
     } else if (m->output_tied) {
-        m->output = weight_rows(m->tok_embd.type, c->n_embd, range_len(V), copy_slice(b, te, V, E));
+        m->output = load_matmul_slice(b, te, V, E);
         b->copy_bytes += dtype_row_size(m->tok_embd.type, c->n_embd) * (uint64_t)range_len(V);
     } else {
         if ((st = bind_matmul(b, "output.weight", c->n_embd, c->n_vocab, true, V, E, &m->output))) return st;

@@ -25,3 +25,15 @@ set_tests_properties(gpu_stage_long_prompt PROPERTIES SKIP_RETURN_CODE 77 LABELS
 add_executable(bench_gpu ${NM_GTEST_DIR}/bench_gpu.c)
 target_link_libraries(bench_gpu PRIVATE nm_rank)
 target_include_directories(bench_gpu PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+
+# The CPU + GPU split end to end (numallm run -ngl, in-process and with the GPU rank under mpirun)
+# against the CPU alone: same greedy tokens, logits within tolerance, no weight moved after load.
+foreach(preset tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
+  foreach(type f32 q4_0 q4_k)
+    add_test(NAME gpu_pipeline_${preset}_${type}
+             COMMAND bash ${NM_GTEST_DIR}/pipeline.sh $<TARGET_FILE:numallm> ${preset} ${type}
+                     ${CMAKE_CURRENT_BINARY_DIR}/pipeline/${preset}_${type})
+    set_tests_properties(gpu_pipeline_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600
+                         ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
+  endforeach()
+endforeach()

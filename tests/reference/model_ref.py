@@ -217,6 +217,9 @@ class Model:
         self.gguf = gguf
         self.config = config
         self.used = set()
+        self.route_choices = {}  # MoE: (layer, token) -> the experts chosen
+        self.route_hint = {}     # MoE: (layer, token) -> the side of a near-tie to take
+        self.tie_breaks = []     # MoE: (layer, token, margin) where the hint decided
 
     def has(self, name):
         return name in self.gguf.tensors
@@ -381,19 +384,38 @@ def ffn_dense(m, il, h, numerics):
     return linear(a, m.weight(pre + "ffn_down.weight", (n_ff, c.n_embd)), None, numerics)
 
 
+TIE_MARGIN = 0.02  # see ffn_moe
+
+
 def ffn_moe(m, il, h, numerics):
     """qwen3moe FFN: softmax router, top-k experts, selected weights renormalized to sum 1,
     output = sum_e w_e W_down_e (silu(W_gate_e h) * (W_up_e h))."""
     c = m.config
     pre = "blk.%d." % il
     router = m.weight(pre + "ffn_gate_inp.weight", (c.n_embd, c.n_expert))
-    probs = softmax(linear(h, router, None, numerics), axis=-1)        # [T, n_expert]
+    logits = linear(h, router, None, numerics)                         # [T, n_expert]
+    probs = softmax(logits, axis=-1)
     gate = m.weight(pre + "ffn_gate_exps.weight", (c.n_embd, c.n_ff_exp, c.n_expert))
     up = m.weight(pre + "ffn_up_exps.weight", (c.n_embd, c.n_ff_exp, c.n_expert))
     down = m.weight(pre + "ffn_down_exps.weight", (c.n_ff_exp, c.n_embd, c.n_expert))
     out = np.zeros_like(h)
+    k = c.n_expert_used
     for t in range(h.shape[0]):
-        sel = np.argsort(-probs[t], kind="stable")[:c.n_expert_used]
+        order = np.argsort(-probs[t], kind="stable")
+        sel = order[:k]
+        # A near-tie between the last chosen and the first unchosen expert (their router logits
+        # closer than TIE_MARGIN of the logits' spread) is decided either way within precision;
+        # an engine whose activations are quantized decides it by its own rounding. With a hint
+        # (route_hint: the choice a pass with the engine's numerics made) the reference takes
+        # that side of the tie, and records it, so the comparison is not of two different experts.
+        hint = m.route_hint.get((il, t))
+        if hint is not None and k < c.n_expert and set(hint) != set(sel.tolist()):
+            s = logits[t][order]
+            margin = (s[k - 1] - s[k]) / max(s[0] - s[-1], 1e-30)
+            if margin < TIE_MARGIN:
+                sel = np.array(sorted(hint, key=lambda e: -probs[t, e]))
+                m.tie_breaks.append((il, t, float(margin)))
+        m.route_choices[(il, t)] = tuple(int(e) for e in sel)
         w = probs[t, sel] / np.sum(probs[t, sel])
         for e, we in zip(sel, w):
             ge = linear(h[t], Weight(gate.data[e], gate.ggml_type), None, numerics)

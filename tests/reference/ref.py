@@ -7,6 +7,9 @@ Usage:
 Writes numallm's dump formats (dump_formats.py): one kind-0 logits record per prompt position,
 and, with --dump-layers, DIR/embd.bin, DIR/blk.N.bin (residual stream after layer N) and
 DIR/result_norm.bin. Without --out it prints the arg-max token of every position.
+MoE models: at a near-tie of the router (two experts' logits within 2% of the spread) the
+reference takes the side an engine with int8 activations takes (model_ref.ffn_moe); each such
+decision is logged.
 Exit status: 0 on success, 1 when the model or the tokens are rejected (message on stderr).
 Run with Debian's /usr/bin/python3 (numpy).
 """
@@ -22,6 +25,7 @@ import numpy as np  # noqa: E402
 
 from dump_formats import KIND_PROMPT, LogitsDump, write_layer, write_logits  # noqa: E402
 from gguf_ref import GGUFError  # noqa: E402
+from fixtures.engine_numerics import EngineNumerics  # noqa: E402
 from model_ref import ModelError, describe, forward, load_model  # noqa: E402
 
 
@@ -50,7 +54,16 @@ def run(args):
     if args.dump_layers:
         os.makedirs(args.dump_layers, exist_ok=True)
         layer_sink = lambda name, x: write_layer(os.path.join(args.dump_layers, name + ".bin"), x)
+    if model.config.n_expert:
+        # MoE: a first pass with the engine's numerics (int8 activations per 32 values, f32
+        # results, f16 KV cache) says which side of a near-tie such an engine takes; the float64
+        # pass below takes that side at near-ties only (model_ref.ffn_moe, TIE_MARGIN).
+        forward(model, args.tokens, numerics=EngineNumerics(q8_block=32, float_act="f32", kv="f16"))
+        model.route_hint, model.route_choices = dict(model.route_choices), {}
     logits = forward(model, args.tokens, on_layer=layer_sink)
+    for il, t, margin in model.tie_breaks:
+        log("blk.%d token %d: router near-tie (margin %.1e of the logits' spread): took the engine-numerics "
+            "side" % (il, t, margin))
     unused = model.unused_tensors()
     if unused:
         log("warning: tensors not used by the reference: %s" % ", ".join(unused))

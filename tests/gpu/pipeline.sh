@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# pipeline.sh NUMALLM PRESET TYPE WORKDIR
+# The CPU + GPU split against the CPU alone: greedy tokens of -ngl 1, n_layer/2, n_layer and 99
+# (whole model and head) must equal the CPU-only run's for 24 steps, and the logits of every
+# prompt position and step stay within the type's tolerance of it. Each split runs twice: one
+# rank driving the GPU in-process, and 2 CPU ranks + the GPU rank under mpirun. Every run must
+# report 0 weight bytes moved after load, and the CPU ranks must keep packed layouts for every
+# matmul weight they hold. Exit 77 (skipped) without a CUDA device.
+set -u
+NUMALLM=$1 PRESET=$2 TYPE=$3 WORK=$4
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${NM_PYTHON:-/usr/bin/python3}
+TOKENS=1,17,42,99,7,200,13,255,64,128,17,77
+repro="bash $HERE/pipeline.sh $NUMALLM $PRESET $TYPE $WORK"
+fail() { echo "gpu_pipeline: FAIL $PRESET $TYPE: $1"; echo "repro: $repro"; exit 1; }
+
+mkdir -p "$WORK" || fail "cannot create $WORK"
+"$NUMALLM" mkmodel --preset "$PRESET" --type "$TYPE" -o "$WORK/m.gguf" --seed 5 2>/dev/null || fail "mkmodel failed"
+run() { # name extra-args...
+  local name=$1
+  shift
+  "$NUMALLM" run -m "$WORK/m.gguf" --tokens $TOKENS -n 24 --temp 0 --ignore-eos -t 2 \
+    --dump-logits "$WORK/logits_$name.bin" "$@" >"$WORK/out_$name.txt" 2>"$WORK/err_$name.txt"
+}
+run cpu || { tail -5 "$WORK/err_cpu.txt"; fail "CPU-only run failed"; }
+n_layer=$(grep -o "n_layer [0-9]*" "$WORK/err_cpu.txt" | head -1 | cut -d' ' -f2)
+[ -n "$n_layer" ] || fail "no n_layer in the CPU run's log"
+if ! run probe -ngl 1 --strict; then
+  if grep -q "needs a GPU" "$WORK/err_probe.txt"; then
+    echo "skipped: $(grep -o 'no CUDA device.*' "$WORK/err_probe.txt" | head -1)"
+    exit 77
+  fi
+  tail -5 "$WORK/err_probe.txt"
+  fail "-ngl 1 failed"
+fi
+echo "cpu: $(cat "$WORK/out_cpu.txt")"
+for ngl in 1 $((n_layer / 2)) $n_layer 99; do
+  for ranks in 1 2; do
+    name=ngl${ngl}_r$ranks
+    run "$name" -ngl "$ngl" --ranks "$ranks" --strict || { tail -20 "$WORK/err_$name.txt"; fail "$name failed"; }
+    echo "$name: $(cat "$WORK/out_$name.txt")"
+    cmp -s "$WORK/out_cpu.txt" "$WORK/out_$name.txt" || fail "$name: greedy tokens differ from the CPU-only run"
+    "$PY" "$HERE/../reference/compare.py" --engine "$WORK/logits_$name.bin" --ref "$WORK/logits_cpu.bin" \
+      --type "$TYPE" || fail "$name: logits beyond the $TYPE tolerance of the CPU-only run"
+    grep -q "weight bytes moved after load: 0$" "$WORK/err_$name.txt" || fail "$name: no 'weight bytes moved after load: 0'"
+    if [ $ngl -lt $n_layer ]; then # the CPU ranks hold layers: every matmul class packed
+      for cls in attn_q attn_k attn_v attn_output ffn_; do
+        grep "layouts: blk.\*.$cls" "$WORK/err_$name.txt" | grep -q -- "-> \(q_tile16\|f_pair16\)" ||
+          [ "$TYPE" = f32 ] || fail "$name: blk.*.$cls is not in a packed layout on the CPU ranks"
+      done
+    fi
+  done
+done
+echo "gpu_pipeline: PASS $PRESET $TYPE (-ngl 1, $((n_layer / 2)), $n_layer, 99; 1 rank and 2 ranks + the GPU rank)"
