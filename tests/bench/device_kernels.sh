@@ -9,7 +9,7 @@ mkdir -p "$OUT"
 { lscpu | head -20; grep -m1 flags /proc/cpuinfo | tr ' ' '\n' | grep -E 'amx|avx512_bf16|avx512_vnni' | tr '\n' ' '; echo; } > "$OUT/machine.txt" 2>&1
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DNM_WERROR=OFF > "$OUT/cmake.txt" 2>&1
 cmake --build "$B" -j"$(nproc)" --target test_kernels_types test_kernels_dequant test_kernels_quant test_kernels_fast \
-    test_kernels_matmul test_kernels_checker test_kernels_layout test_kernels_packed bench_gemm bench_stream > "$OUT/build.txt" 2>&1
+    test_kernels_matmul test_kernels_checker test_kernels_layout test_kernels_packed test_kernels_attn_queries bench_gemm bench_stream > "$OUT/build.txt" 2>&1
 tail -3 "$OUT/build.txt"
 (cd "$B" && timeout 120 ctest -L kernels --output-on-failure) > "$OUT/ctest.txt" 2>&1
 tail -15 "$OUT/ctest.txt"
