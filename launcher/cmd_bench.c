@@ -790,6 +790,7 @@ static int bench_main(const struct bench_opts *o_in) {
     char no_gpu[256] = "";
     const bool have_gpu = gpu_device_count(no_gpu, sizeof no_gpu) > 0;
     for (int g = 0; g < o.ngl.n; g++) {
+        if (o.ngl.v[g] > 0 && have_gpu) r->env.backends = "CPU,CUDA";
         if (o.ngl.v[g] == 0 || have_gpu) ngl_run++;
         else
             note(r, "-ngl %d: skipped: %s; those rows are not run", o.ngl.v[g], no_gpu);

@@ -64,6 +64,7 @@ struct gpu_stage {
 
     /* Scratch for one chunk of n_batch rows. */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
+    float *xq; /* [n_batch][max k] a matmul input rounded as the CPU ranks do (matmul_input) */
     float *router, *moe_w, *moe_down;
     int32_t *moe_ids;
     float *logits; /* [logit_rows][n_vocab] */
@@ -364,7 +365,8 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     const uint64_t scratch = sizeof(float) * (uint64_t)(B * (3 * E + qd + kd + vd + ad + 2 * ff_rows) +
                                                         B * (s->n_expert + nu * (E + 2)) +
                                                         (int64_t)s->logit_rows * c->n_vocab + n_ctx * c->n_rot) +
-                             cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes;
+                             cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes +
+                             sizeof(float) * (uint64_t)B * (uint64_t)NM_MAX(max_k, ff_rows);
     uint64_t fr, tot;
     cuk_mem_info(s->ctx, &fr, &tot);
     const uint64_t need = s->wbuf_bytes + s->kv_bytes + scratch;
@@ -425,6 +427,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->att = dalloc(s, B * ad, "att", &st, err, errlen);
     s->gate = dalloc(s, B * ff_rows, "gate", &st, err, errlen);
     s->up = dalloc(s, B * ff_rows, "up", &st, err, errlen);
+    s->xq = dalloc(s, B * NM_MAX(max_k, ff_rows), "rounded matmul inputs", &st, err, errlen);
     if (s->n_expert > 0) {
         s->router = dalloc(s, B * s->n_expert, "router logits", &st, err, errlen);
         s->moe_w = dalloc(s, B * nu, "expert weights", &st, err, errlen);
@@ -467,7 +470,7 @@ void gpu_stage_free(struct gpu_stage *s) {
     if (s->ctx) {
         cuk_sync(s->ctx);
         void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
-                        s->gate, s->up, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch};
+                        s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch};
         for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
         cuk_host_free(s->pin_in);
         cuk_host_free(s->pin_out);
@@ -497,8 +500,16 @@ void gpu_stage_set_layer_hook(struct gpu_stage *s, engine_layer_hook hook, void 
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
+/* The input of a matmul as the CPU ranks multiply it: rounded to their int8 blocks for
+ * block-quantized weights (cuk_act_round_q8), as is for float weights. */
+static const float *matmul_input(struct gpu_stage *s, enum dtype t, const float *x, int64_t n) {
+    if (!dtype_uses_q8x(t)) return x;
+    cuk_act_round_q8(s->ctx, s->xq, x, n);
+    return s->xq;
+}
+
 static void matmul(struct gpu_stage *s, const struct gmat *w, const float *x, int n, float *y) {
-    cuk_matmul(s->ctx, w->type, w->d, w->k, w->n, x, w->k, n, y, w->n);
+    cuk_matmul(s->ctx, w->type, w->d, w->k, w->n, matmul_input(s, w->type, x, (int64_t)n * w->k), w->k, n, y, w->n);
 }
 
 static void add_bias(struct gpu_stage *s, float *y, const float *b, int n, int64_t dim) {
@@ -553,13 +564,16 @@ static void ffn_moe(struct gpu_stage *s, const struct glayer *L, int n) {
     const int64_t ff = s->n_ff_exp, E = c->n_embd;
     matmul(s, &L->w_router, s->xn, n, s->router);
     cuk_moe_route(s->ctx, s->router, n, (int)s->n_expert, nu, s->moe_ids, s->moe_w);
-    cuk_matmul_id(s->ctx, L->gate_exps.type, L->gate_exps.d, L->gate_exps.expert_bytes, E, ff, s->xn, E, nu,
+    NM_ASSERT(L->gate_exps.type == L->up_exps.type);
+    const float *in = matmul_input(s, L->gate_exps.type, s->xn, (int64_t)n * E);
+    cuk_matmul_id(s->ctx, L->gate_exps.type, L->gate_exps.d, L->gate_exps.expert_bytes, E, ff, in, E, nu,
                   s->moe_ids, pairs, s->gate, ff);
-    cuk_matmul_id(s->ctx, L->up_exps.type, L->up_exps.d, L->up_exps.expert_bytes, E, ff, s->xn, E, nu, s->moe_ids,
+    cuk_matmul_id(s->ctx, L->up_exps.type, L->up_exps.d, L->up_exps.expert_bytes, E, ff, in, E, nu, s->moe_ids,
                   pairs, s->up, ff);
     cuk_swiglu(s->ctx, s->gate, s->gate, s->up, (int64_t)pairs * ff);
-    cuk_matmul_id(s->ctx, L->down_exps.type, L->down_exps.d, L->down_exps.expert_bytes, ff, E, s->gate, ff, 1,
-                  s->moe_ids, pairs, s->moe_down, E);
+    cuk_matmul_id(s->ctx, L->down_exps.type, L->down_exps.d, L->down_exps.expert_bytes, ff, E,
+                  matmul_input(s, L->down_exps.type, s->gate, (int64_t)pairs * ff), ff, 1, s->moe_ids, pairs,
+                  s->moe_down, E);
     cuk_moe_combine(s->ctx, s->x, s->moe_down, s->moe_w, n, nu, E);
 }
 

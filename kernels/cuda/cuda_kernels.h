@@ -116,6 +116,11 @@ void cuk_add(struct cuk_ctx *c, float *x, const float *y, int64_t n);
 void cuk_add_bias(struct cuk_ctx *c, float *y, const float *b, int rows, int64_t n);
 /* out[i] = silu(gate[i]) * up[i]; out may equal gate. */
 void cuk_swiglu(struct cuk_ctx *c, float *out, const float *gate, const float *up, int64_t n);
+/* y = x rounded as the CPU ranks quantize a matmul's input for block-quantized weights: per 32
+ * values, d = max|x| / 127, y = round(x / d) * d (kernels/quant.h q8x). n a multiple of 32; y
+ * may equal x. The GPU stage feeds its quantized-weight matmuls this, so a layer gives the same
+ * numbers (up to f32 summation order) on either side of the pipeline. */
+void cuk_act_round_q8(struct cuk_ctx *c, float *y, const float *x, int64_t n);
 /* Per head of x[m][row_stride] (n_head heads of head_dim values, head h at h * head_dim): an
  * RMSNorm with norm_w[head_dim] when norm_w is not NULL (qwen3's Q/K norms), then RoPE at
  * position pos0 + i for row i, with cos/sin pairs from cos_sin[pos][n_rot] (op_rope_cache's

@@ -55,6 +55,7 @@ void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, in
 void cuk_add(struct cuk_ctx *c, float *x, const float *y, int64_t n) { CUK_NONE(); }
 void cuk_add_bias(struct cuk_ctx *c, float *y, const float *b, int rows, int64_t n) { CUK_NONE(); }
 void cuk_swiglu(struct cuk_ctx *c, float *out, const float *gate, const float *up, int64_t n) { CUK_NONE(); }
+void cuk_act_round_q8(struct cuk_ctx *c, float *y, const float *x, int64_t n) { CUK_NONE(); }
 void cuk_norm_rope(struct cuk_ctx *c, float *x, int m, int n_head, int64_t head_dim, int64_t row_stride,
                    const float *norm_w, float eps, const float *cos_sin, int64_t pos0, int64_t n_rot, int neox) { CUK_NONE(); }
 void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type, const float *src, int m, int64_t n,

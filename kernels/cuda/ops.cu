@@ -348,6 +348,28 @@ extern "C" void cuk_add_bias(struct cuk_ctx *c, float *y, const float *b, int ro
     CUK_LAUNCHED("add_bias");
 }
 
+/* One warp per block of 32 values: the CPU's q8x rounding (quantize_act_q8x_ref), dequantized. */
+__global__ void act_round_q8_kernel(float *y, const float *x, int64_t n_blocks) {
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= n_blocks) return;
+    const int lane = threadIdx.x % 32;
+    const float v = x[b * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (isinf(id)) d = id = 0.0f;
+    y[b * 32 + lane] = rintf(v * id) * d;
+}
+
+extern "C" void cuk_act_round_q8(struct cuk_ctx *c, float *y, const float *x, int64_t n) {
+    NM_ASSERT(n % 32 == 0);
+    if (n < 1) return;
+    const int64_t nb = n / 32, per = NT / 32;
+    act_round_q8_kernel<<<(unsigned)((nb + per - 1) / per), NT, 0, c->stream>>>(y, x, nb);
+    CUK_LAUNCHED("act_round_q8");
+}
+
 extern "C" void cuk_swiglu(struct cuk_ctx *c, float *out, const float *gate, const float *up, int64_t n) {
     if (n < 1) return;
     swiglu_kernel<<<blocks_for(n), NT, 0, c->stream>>>(out, gate, up, n);

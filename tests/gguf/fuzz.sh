@@ -63,12 +63,15 @@ compile() { # source object extra-flags...
 # SIMD kernels take a minute each to compile.
 kobjs=()
 jobs_max=$(nproc 2>/dev/null || echo 2)
-for f in "$SRC"/kernels/*.c "$SRC"/kernels/x86-avx512/*.c "$SRC"/collectives/*.c "$SRC"/rank/*.c; do
+for f in "$SRC"/kernels/*.c "$SRC"/kernels/x86-avx512/*.c "$SRC"/kernels/x86-amx/*.c "$SRC"/kernels/cuda/none.c \
+    "$SRC"/collectives/*.c "$SRC"/rank/*.c; do
     case $f in */rank/gguf.c | */rank/model.c) continue ;; esac
     dir=$(basename "$(dirname "$f")")
     o=$OUT/obj/${dir}_$(basename "$f" .c).o
     extra=(-O0)
     [ "$dir" = x86-avx512 ] && extra+=($AVX512)
+    [ "$dir" = x86-amx ] && extra+=($AVX512 -mamx-tile -mamx-int8 -mamx-bf16)
+    [ "$dir" = cuda ] && extra+=(-I"$SRC/kernels/cuda")
     (compile "$f" "$o" "${extra[@]}" 2>"$o.log" || rm -f "$o") &
     while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
     kobjs+=("$o")
