@@ -15,6 +15,7 @@
 #endif
 
 #include "cpu.h"
+#include "gpu_stage.h"
 #include "pool.h"
 #include "topo.h"
 
@@ -339,8 +340,17 @@ void bench_machine_print(const struct bench_machine *m, FILE *f, bool markdown) 
     }
     if (m->n_gpus == 0) fprintf(f, "%sGPUs: none\n", li);
     for (int i = 0; i < m->n_gpus; i++) fprintf(f, "%sGPU %d: %s\n", li, i, m->gpus[i]);
-    if (m->n_gpus > 0)
-        fprintf(f, "%sthis build has no GPU rank (a later issue): every figure below is CPU ranks only\n", li);
+    char why[256];
+    const int n_cuda = gpu_device_count(why, sizeof why);
+    for (int i = 0; i < n_cuda; i++) {
+        struct gpu_info g;
+        if (gpu_device_info(i, &g, why, sizeof why) == NM_OK)
+            fprintf(f, "%sCUDA device %d: %s, %.0f GiB, memory bandwidth %.0f GB/s (theoretical: %d-bit bus at %d MHz), "
+                       "PCI %s: runs the layers of rows with ngl > 0\n",
+                    li, i, g.name, (double)g.total_bytes / (1 << 30), g.bandwidth_gbs, g.bus_width_bits,
+                    g.mem_clock_khz / 1000, g.pci_bus_id);
+    }
+    if (n_cuda == 0 && m->n_gpus > 0) fprintf(f, "%sno usable CUDA device (%s): rows with ngl > 0 are skipped\n", li, why);
     fprintf(f, "%sMPI: %s\n", li, *m->mpi ? m->mpi : "no mpirun found (only 1 rank can run)");
     fprintf(f, "%sbuild: %s (%d)\n", li, m->build_commit, m->build_number);
     if (markdown) fprintf(f, "\n");

@@ -154,17 +154,22 @@ enum nm_status launch_argv_build(const struct plan *p, const struct topo *t, con
     int n = 0;
     argv[n++] = xstrdup(ap->mpirun);
     if (ap->as_root) argv[n++] = xstrdup("--allow-run-as-root");
+    if (ap->gpu_rank) argv[n++] = xstrdup("--oversubscribe"); /* one process more than the plan's slots */
     argv[n++] = xstrdup("-np");
     argv[n++] = xprintf("%d", p->n_ranks);
+    /* Open MPI applies the mapping to every app context: the GPU rank's process lands on CPU
+     * ranks' cores, which its binding must be allowed to share (it then moves itself to its
+     * GPU's node). */
+    const char *overload = ap->gpu_rank ? ":overload-allowed" : "";
     argv[n++] = xstrdup("--map-by");
     if (p->layout == PLAN_LAYOUT_NODE_SPLIT) {
         argv[n++] = xprintf("ppr:%d:%s:pe=%d", p->ranks_per_node, obj, p->cores_per_rank);
         argv[n++] = xstrdup("--bind-to");
-        argv[n++] = xstrdup("core");
+        argv[n++] = xprintf("core%s", overload);
     } else {
         argv[n++] = xprintf("ppr:1:%s", obj);
         argv[n++] = xstrdup("--bind-to");
-        argv[n++] = xstrdup(obj);
+        argv[n++] = xprintf("%s%s", obj, overload);
     }
     child_args(argv, &n, ap->exe, ap->argc, ap->argv, ap->model, p->n_threads);
     if (ap->gpu_rank) { /* the second app context: one process, one thread, on the GPU's node */

@@ -329,8 +329,8 @@ void plan_print(const struct plan *p, const struct topo *t, FILE *f) {
             fprintf(f, "  GPU %d (%s): its NUMA node is unknown\n", g, tg->name[0] ? tg->name : tg->pci);
             continue;
         }
-        fprintf(f, "  GPU %d (%s) is on node %d, next to rank %d: a GPU rank (-ngl, a later issue) would run on cores "
-                   "of node %d as a second app context\n",
+        fprintf(f, "  GPU %d (%s) is on node %d, next to rank %d: with -ngl the GPU rank runs on cores of node %d as a "
+                   "second app context\n",
                 g, tg->name[0] ? tg->name : tg->pci, pg->node, pg->near_rank, pg->node);
     }
     if (p->note[0]) {

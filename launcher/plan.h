@@ -48,7 +48,7 @@ struct plan_rank {
     bool fits;          /* weight_bytes <= mem_bytes */
 };
 
-/* Where a GPU rank would go (the GPU rank itself is a later issue): on cores of the GPU's
+/* Where the GPU rank goes (launch.h, -ngl): on cores of the GPU's
  * node, next to the CPU rank that owns that node. */
 struct plan_gpu {
     int gpu;       /* index in topo->gpus */

@@ -394,6 +394,31 @@ static void test_quoting(void) {
     topo_free(t);
 }
 
+/* With -ngl and 2+ CPU ranks the GPU rank is a second app context: one process with one
+ * thread, --role gpu and its GPU's node; the CPU ranks get --role cpu; the shared mapping lets
+ * the extra process share cores (it moves to its node itself). */
+static void test_gpu_rank(void) {
+    struct topo *t = load("pack:2 [numa] core:4 pu:1", NULL, 0);
+    struct plan_request req = {0};
+    struct plan *p;
+    char err[512];
+    NM_ASSERT(plan_make(t, &req, &p, err, sizeof err) == NM_OK);
+    char *const args[] = {"run", "-m", "m.gguf", "-ngl", "20", NULL};
+    struct launch_argv_params ap = {.mpirun = "mpirun", .exe = "numallm", .argc = 5, .argv = args, .gpu_rank = true,
+                                    .gpu_node = 1};
+    char **argv;
+    NM_ASSERT(launch_argv_build(p, t, &ap, &argv, err, sizeof err) == NM_OK);
+    char *line = launch_argv_format(argv);
+    const char *want = "mpirun --oversubscribe -np 2 --map-by ppr:1:numa --bind-to numa:overload-allowed numallm run "
+                       "-m m.gguf -ngl 20 -t 4 --role cpu : -np 1 numallm run -m m.gguf -ngl 20 -t 1 --role gpu "
+                       "--gpu-node 1";
+    CHECK(strcmp(line, want) == 0, "GPU rank\n  got      %s\n  expected %s", line, want);
+    free(line);
+    launch_argv_free(argv);
+    plan_free(p);
+    topo_free(t);
+}
+
 /* The default model the parent resolved reaches the ranks as -m, unless the user named one. */
 static void test_default_model(void) {
     struct topo *t = load("pack:2 [numa] core:2 pu:1", NULL, 0);
@@ -436,6 +461,7 @@ int main(int argc, char **argv) {
         test_sources();
         test_cpulist();
         test_quoting();
+        test_gpu_rank();
         test_default_model();
     } else if (!ran) {
         fprintf(stderr, "no case named %s\n", only);
