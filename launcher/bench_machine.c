@@ -204,7 +204,12 @@ static void build_info(char *commit, size_t len, int *number) {
     if (!*src) return;
     char *rev[] = {"git", "-C", src, "rev-parse", "--short", "HEAD", NULL};
     char *cnt[] = {"git", "-C", src, "rev-list", "--count", "HEAD", NULL};
-    char buf[64];
+    char *top[] = {"git", "-C", src, "rev-parse", "--show-toplevel", NULL};
+    char buf[4096];
+    /* Only the source tree's own repository counts (a copy without .git inside another
+     * repository would report that one's commit). */
+    char real[4096];
+    if (!realpath(src, real) || !first_line_of(top, buf, sizeof buf) || strcmp(buf, real) != 0) return;
     if (first_line_of(rev, buf, sizeof buf)) copy_str(commit, len, buf);
     if (first_line_of(cnt, buf, sizeof buf)) *number = atoi(buf);
 }
