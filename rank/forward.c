@@ -49,7 +49,9 @@ struct engine {
     int64_t *exp_sel;  /* [n_expert_used] one token's chosen experts */
     float *xg;         /* [n_batch][n_embd] an expert's gathered inputs */
     double *exp_part;  /* [n_batch][n_embd] an expert's row-parallel partials */
-    float *scores;   /* [n_threads][n_ctx] attention probabilities */
+    float *scores;   /* [n_threads][scores_stride] attention scratch: decode's probabilities over
+                        n_ctx positions, or a prompt block's online-softmax state */
+    int64_t scores_stride;
     block_q8x *q8;   /* quantized activations, largest input of any matmul */
 };
 
@@ -113,7 +115,8 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         e->xg = alloc_f32(B * c->n_embd, "expert inputs");
         e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
     }
-    e->scores = alloc_f32((int64_t)pool_size(pool) * n_ctx, "attention scores");
+    e->scores_stride = NM_MAX(n_ctx, (int64_t)op_attention_queries_scratch(c->head_dim_v));
+    e->scores = alloc_f32((int64_t)pool_size(pool) * e->scores_stride, "attention scratch");
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
     nm_log_info("KV cache: %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB", (long long)n_ctx,
@@ -234,28 +237,38 @@ struct attn_job {
     int64_t pos0; /* position of the first */
 };
 
-/* One (token, local head) pair per work item: token i attends to positions 0 .. pos0+i. */
+/* Queries of one head per prompt work item: enough to reuse each K/V row loaded, few enough that
+ * every thread gets several items. */
+#define ATTN_ITEM_QUERIES 32
+
+/* Token i attends to positions 0 .. pos0+i. Decode (one token): one local head per work item,
+ * op_attention_head. Prompts: ATTN_ITEM_QUERIES consecutive queries of one head per work item,
+ * op_attention_queries (flash-style: key blocks with an online softmax, no score matrix); items
+ * are dealt round-robin, since later queries see more keys. */
 static void attn_worker(void *ctx, int ith, int nth) {
     const struct attn_job *j = ctx;
     struct engine *e = j->e;
     const struct model_config *c = &e->m->cfg;
     const struct shard *sh = &e->m->shard;
-    const int64_t group = c->n_head / c->n_head_kv, nh = e->n_head_l;
+    const int64_t group = c->n_head / c->n_head_kv, nh = e->n_head_l, hd = c->head_dim, hdv = c->head_dim_v;
     const size_t es = e->kv.type == DTYPE_F16 ? 2 : 4;
-    const float scale = 1.0f / sqrtf((float)c->head_dim);
-    float *scratch = e->scores + (int64_t)ith * e->kv.n_ctx;
-    long lo, hi;
-    pool_split((long)j->n * nh, 1, ith, nth, &lo, &hi);
-    for (long item = lo; item < hi; item++) {
-        const int i = (int)(item / nh);
-        const int64_t h = item % nh;                                     /* local query head */
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scratch = e->scores + (int64_t)ith * e->scores_stride;
+    const long q_blocks = j->n == 1 ? 1 : (j->n + ATTN_ITEM_QUERIES - 1) / ATTN_ITEM_QUERIES;
+    for (long item = ith; item < q_blocks * nh; item += nth) {
+        const int64_t h = item % nh;                                         /* local query head */
         const int64_t hk = (sh->q_heads.begin + h) / group - sh->kv_heads.begin; /* local KV head */
-        const float *q = e->q + (int64_t)i * nh * c->head_dim + h * c->head_dim;
-        float *out = e->att + (int64_t)i * e->wo_k + e->wo_off + h * c->head_dim_v;
-        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) + (size_t)(hk * c->head_dim) * es;
-        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) + (size_t)(hk * c->head_dim_v) * es;
-        op_attention_head(out, q, k0, v0, e->kv.type, j->pos0 + i + 1, e->kv.k_row, e->kv.v_row, c->head_dim,
-                          c->head_dim_v, scale, scratch);
+        const int i0 = (int)(item / nh) * ATTN_ITEM_QUERIES, n_q = NM_MIN(ATTN_ITEM_QUERIES, j->n - i0);
+        const float *q = e->q + (int64_t)i0 * nh * hd + h * hd;
+        float *out = e->att + (int64_t)i0 * e->wo_k + e->wo_off + h * hdv;
+        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) + (size_t)(hk * hd) * es;
+        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) + (size_t)(hk * hdv) * es;
+        if (j->n == 1)
+            op_attention_head(out, q, k0, v0, e->kv.type, j->pos0 + 1, e->kv.k_row, e->kv.v_row, hd, hdv, scale,
+                              scratch);
+        else
+            op_attention_queries(out, e->wo_k, q, nh * hd, n_q, j->pos0 + i0, k0, v0, e->kv.type, e->kv.k_row,
+                                 e->kv.v_row, hd, hdv, scale, scratch);
     }
 }
 
