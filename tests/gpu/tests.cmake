@@ -43,3 +43,11 @@ foreach(preset tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
                          ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
   endforeach()
 endforeach()
+# A 2100-token prompt through the pipeline with -ngl 1 and 2 (the CPU and the stage both chunk it).
+foreach(preset tiny-llama31 tiny-qwen3moe)
+  add_test(NAME gpu_pipeline_long_${preset}
+           COMMAND bash ${NM_GTEST_DIR}/pipeline.sh $<TARGET_FILE:numallm> ${preset} q4_0
+                   ${CMAKE_CURRENT_BINARY_DIR}/pipeline/long_${preset})
+  set_tests_properties(gpu_pipeline_long_${preset} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600
+                       ENVIRONMENT "LONG=1;NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
+endforeach()
