@@ -763,3 +763,11 @@ enum nm_status gguf_writer_end(struct gguf_writer *w, char *err, size_t errlen) 
     if (rc != 0) return nm_errf(err, errlen, NM_ERR_IO, "%s: close failed: %s", w->path, strerror(errno));
     return NM_OK;
 }
+
+const char *gguf_tensor_shape_str(const struct gguf_tensor *t, char *buf, size_t len) {
+    size_t n = (size_t)snprintf(buf, len, "{");
+    for (uint32_t d = 0; d < t->n_dims && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
+    if (n < len) snprintf(buf + n, len - n, "}");
+    return buf;
+}

@@ -87,6 +87,8 @@ void gguf_close(struct gguf_file *f);
 /* Look-ups: NULL when absent. */
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);
+/* A tensor's shape as "{ne0, ne1, ...}" for messages; returns buf. */
+const char *gguf_tensor_shape_str(const struct gguf_tensor *t, char *buf, size_t len);
 
 /* Typed getters. NM_ERR_NOT_FOUND when the key is absent (no message written: the caller
  * decides whether that is an error or a default); NM_ERR_FORMAT with a message when the value

@@ -291,12 +291,8 @@ static enum nm_status find_tensor(struct binder *b, const char *name, bool requi
 
 static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor *t, const char *expected) {
     char got[96];
-    int n = snprintf(got, sizeof got, "{");
-    for (uint32_t d = 0; d < t->n_dims; d++)
-        n += snprintf(got + n, sizeof got - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
-    snprintf(got + n, sizeof got - (size_t)n, "}");
     return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s has shape %s; the configuration expects %s",
-                   b->m->path, t->name, got, expected);
+                   b->m->path, t->name, gguf_tensor_shape_str(t, got, sizeof got), expected);
 }
 
 struct copy_job {
