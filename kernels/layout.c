@@ -88,10 +88,11 @@ enum weight_layout layout_plan(enum tensor_use use, enum dtype type, const struc
             why->downgrade = i > 0;
             why->best_layout = list[0].layout;
             why->best_kernels = list[0].kernels;
-            if (i > 0)
-                snprintf(why->reason, sizeof why->reason, "%s: %s %s", first_reason,
-                         weight_layout_name(list[i].layout), list[i].kernels);
-            else
+            if (i > 0) {
+                const int n = snprintf(why->reason, sizeof why->reason, "%s: %s %s", first_reason,
+                                       weight_layout_name(list[i].layout), list[i].kernels);
+                (void)(n >= (int)sizeof why->reason); /* a display string: cut if it must be */
+            } else
                 why->reason[0] = '\0';
         }
         return list[i].layout;
