@@ -11,3 +11,10 @@ target_link_libraries(bench_gemv PRIVATE nm_kernels)
 add_executable(bench_gemm ${CMAKE_CURRENT_LIST_DIR}/bench_gemm.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
 target_compile_definitions(bench_gemm PRIVATE BENCH_STREAM_NO_MAIN)
 target_link_libraries(bench_gemm PRIVATE nm_kernels)
+# oneDNN as a candidate for BF16/F32 matmuls (kernels/onednn), only where oneDNN was found:
+# oneDNN on the GGUF rows against kern_matmul on the planner's layout, GFLOP/s and GB/s per m.
+if(NM_HAVE_DNNL)
+  add_executable(bench_onednn ${CMAKE_CURRENT_LIST_DIR}/bench_onednn.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
+  target_compile_definitions(bench_onednn PRIVATE BENCH_STREAM_NO_MAIN)
+  target_link_libraries(bench_onednn PRIVATE nm_onednn nm_kernels m)
+endif()

@@ -18,3 +18,8 @@ nm_add_test(test_kernels_packed SOURCES ${NM_KTEST_DIR}/test_packed.c LIBS nm_ke
 # The real AMX tile path only (exit 77 with a message where the CPU or OS has no AMX).
 add_test(NAME test_kernels_amx COMMAND test_kernels_packed --amx-only)
 set_tests_properties(test_kernels_amx PROPERTIES SKIP_RETURN_CODE 77 LABELS kernels)
+# oneDNN as a matmul candidate (kernels/onednn; exit 77 with a message in a build without oneDNN):
+# against kern_matmul_ref, and the check that it reads the GGUF rows in place or refuses.
+if(TARGET nm_onednn)
+  nm_add_test(test_kernels_onednn SOURCES ${NM_KTEST_DIR}/test_onednn.c LIBS nm_onednn nm_kernels LABELS kernels)
+endif()
