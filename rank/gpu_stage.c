@@ -65,6 +65,7 @@ struct gpu_stage {
     /* Scratch for one chunk of n_batch rows. */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     float *xq; /* [n_batch][max k] a matmul input rounded as the CPU ranks do (matmul_input) */
+    void *xq8; /* q8 of a matmul input: CUK_GEMV_MAX_ROWS rows of the widest k (cuk_q8_bytes) */
     float *router, *moe_w, *moe_down;
     int32_t *moe_ids;
     float *logits; /* [logit_rows][n_vocab] */
@@ -72,6 +73,12 @@ struct gpu_stage {
     const float *last_logits;
     void *topk_scratch;
     float *pin_in, *pin_out; /* page-locked staging: [n_batch][n_embd], [logit_rows][n_vocab] */
+
+    /* Decode of one token as one CUDA graph (captured at the first such step, then replayed):
+     * the position it runs at is read from d_pos, filled from pin_pos by the graph itself. */
+    struct cuk_graph *decode_graph;
+    bool use_graph; /* false with NM_GPU_GRAPHS=0 */
+    int64_t *d_pos, *pin_pos;
 
     int64_t n_past;
     engine_layer_hook hook;
@@ -428,6 +435,9 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->gate = dalloc(s, B * ff_rows, "gate", &st, err, errlen);
     s->up = dalloc(s, B * ff_rows, "up", &st, err, errlen);
     s->xq = dalloc(s, B * NM_MAX(max_k, ff_rows), "rounded matmul inputs", &st, err, errlen);
+    const size_t q8_bytes = cuk_q8_bytes(CUK_GEMV_MAX_ROWS, NM_MAX(NM_MAX(max_k, ff_rows), E) + 32);
+    if (!st && !(s->xq8 = cuk_malloc(s->ctx, q8_bytes, "int8 matmul inputs", err, errlen))) st = NM_ERR_NOMEM;
+    s->d_pos = (int64_t *)dalloc(s, 2, "decode position", &st, err, errlen);
     if (s->n_expert > 0) {
         s->router = dalloc(s, B * s->n_expert, "router logits", &st, err, errlen);
         s->moe_w = dalloc(s, B * nu, "expert weights", &st, err, errlen);
@@ -443,6 +453,9 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     if (st) goto fail;
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
+    s->pin_pos = cuk_host_alloc(sizeof(int64_t), "decode position staging");
+    const char *ge = getenv("NM_GPU_GRAPHS");
+    s->use_graph = !(ge && strcmp(ge, "0") == 0);
     s->hook_buf = malloc((size_t)(B * E) * sizeof(float));
     NM_ASSERT(s->hook_buf);
     cuk_sync(s->ctx);
@@ -458,6 +471,9 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                 s->n_expert ? "; MoE layers on the device" : "");
     nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB; batch %d", (long long)n_ctx, (long long)nl,
                 s->kv_type == DTYPE_F16 ? "f16" : "f32", (double)s->kv_bytes / (1 << 20), s->n_batch);
+    nm_log_info("GPU: decode: int8-activation GEMV (dp4a) for block-quantized weights, fused norm/rope/KV/residual "
+                "kernels, %s",
+                s->use_graph ? "one CUDA graph per token" : "no CUDA graph (NM_GPU_GRAPHS=0)");
     *out = s;
     return NM_OK;
 fail:
@@ -470,10 +486,13 @@ void gpu_stage_free(struct gpu_stage *s) {
     if (s->ctx) {
         cuk_sync(s->ctx);
         void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
-                        s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch};
+                        s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch,
+                        s->xq8, s->d_pos};
+        cuk_graph_free(s->decode_graph);
         for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
         cuk_host_free(s->pin_in);
         cuk_host_free(s->pin_out);
+        cuk_host_free(s->pin_pos);
         cuk_ctx_free(s->ctx);
     }
     free(s->hook_buf);
@@ -509,6 +528,12 @@ static const float *matmul_input(struct gpu_stage *s, enum dtype t, const float 
 }
 
 static void matmul(struct gpu_stage *s, const struct gmat *w, const float *x, int n, float *y) {
+    if (n <= CUK_GEMV_MAX_ROWS && cuk_gemv_q8_supported(w->type)) {
+        cuk_quantize_q8(s->ctx, s->xq8, x, w->k, n, w->k);
+        const struct cuk_gemv_out o = {.w = w->d, .n = w->n, .y = y, .ldy = w->n};
+        cuk_gemv_q8(s->ctx, w->type, w->k, s->xq8, n, &o, 1);
+        return;
+    }
     cuk_matmul(s->ctx, w->type, w->d, w->k, w->n, matmul_input(s, w->type, x, (int64_t)n * w->k), w->k, n, y, w->n);
 }
 
@@ -584,11 +609,166 @@ static void hook(struct gpu_stage *s, int layer, int64_t pos0, const float *dx, 
     s->hook(s->hook_ctx, layer, pos0, s->hook_buf, n, E);
 }
 
+/* ---- decode: n <= CUK_GEMV_MAX_ROWS rows ------------------------------------------------------
+ * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm writes
+ * the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one GEMV launch each
+ * on int8 activations, RoPE and the KV stores are one kernel, biases and residual adds happen in
+ * the GEMV's epilogue (y + (W x + b), the CPU's order). The position comes from d_pos when it is
+ * not NULL (the graph), else pos0. */
+
+/* The q8 scratch when the matmul reading an input of k values takes q8 activations, else NULL. */
+static void *q8_input(struct gpu_stage *s, int64_t k, const struct gmat *w) {
+    return k % 32 == 0 && cuk_gemv_q8_supported(w->type) ? s->xq8 : NULL;
+}
+
+/* y[i] = W_i x (+ bias[i]) (added to y[i] when accum[i]) for nw matmuls of one input: xf (f32,
+ * rows of k) and xq (its q8, or NULL). Matmuls of one q8 type share one launch. */
+static void gemv_group(struct gpu_stage *s, const struct gmat *const *w, float *const *y, const float *const *bias,
+                       const bool *accum, int nw, const float *xf, const void *xq, int n) {
+    bool one = xq != NULL;
+    for (int i = 0; i < nw; i++)
+        one = one && cuk_gemv_q8_supported(w[i]->type) && w[i]->type == w[0]->type && w[i]->k == w[0]->k;
+    struct cuk_gemv_out o[CUK_GEMV_MAX_OUTS];
+    NM_ASSERT(nw <= CUK_GEMV_MAX_OUTS);
+    for (int i = 0; i < nw; i++)
+        o[i] = (struct cuk_gemv_out){.w = w[i]->d, .n = w[i]->n, .y = y[i], .ldy = w[i]->n, .bias = bias[i],
+                                     .accumulate = accum[i]};
+    if (one) {
+        cuk_gemv_q8(s->ctx, w[0]->type, w[0]->k, xq, n, o, nw);
+        return;
+    }
+    for (int i = 0; i < nw; i++) {
+        if (xq && cuk_gemv_q8_supported(w[i]->type)) {
+            cuk_gemv_q8(s->ctx, w[i]->type, w[i]->k, xq, n, &o[i], 1);
+            continue;
+        }
+        float *dst = accum[i] ? s->proj : y[i];
+        NM_ASSERT(!accum[i] || w[i]->n == s->cfg.n_embd);
+        matmul(s, w[i], xf, n, dst);
+        add_bias(s, dst, bias[i], n, w[i]->n);
+        if (accum[i]) cuk_add(s->ctx, y[i], dst, (int64_t)n * w[i]->n);
+    }
+}
+
+static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li, int n, int64_t pos0,
+                         const int64_t *d_pos) {
+    const struct model_config *c = &s->cfg;
+    const int64_t E = c->n_embd, ad = c->n_head * c->head_dim_v;
+    const int neox = c->rope_type == ROPE_TYPE_NEOX;
+    void *xq = q8_input(s, E, &L->wq);
+    cuk_rmsnorm_q8(s->ctx, s->xn, xq, s->x, L->attn_norm, n, E, c->rms_eps);
+    {
+        const struct gmat *w[3] = {&L->wq, &L->wk, &L->wv};
+        float *y[3] = {s->q, s->k, s->v};
+        const float *b[3] = {L->bq, L->bk, L->bv};
+        const bool acc[3] = {false, false, false};
+        gemv_group(s, w, y, b, acc, 3, s->xn, xq, n);
+    }
+    void *kc = (void *)kv_layer(s, s->kv_k, li, s->k_row), *vc = (void *)kv_layer(s, s->kv_v, li, s->v_row);
+    cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
+                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, pos0, d_pos);
+    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    if (d_pos)
+        cuk_attention_at(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, d_pos, (int)c->n_head, (int)c->n_head_kv,
+                         c->head_dim, c->head_dim_v, scale);
+    else
+        cuk_attention(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, pos0, (int)c->n_head, (int)c->n_head_kv,
+                      c->head_dim, c->head_dim_v, scale);
+    {
+        void *xa = q8_input(s, ad, &L->wo);
+        if (xa) cuk_quantize_q8(s->ctx, xa, s->att, ad, n, ad);
+        const struct gmat *w[1] = {&L->wo};
+        float *y[1] = {s->x};
+        const float *b[1] = {L->bo};
+        const bool acc[1] = {true};
+        gemv_group(s, w, y, b, acc, 1, s->att, xa, n);
+    }
+    if (L->moe) {
+        cuk_rmsnorm(s->ctx, s->xn, s->x, L->ffn_norm, n, E, c->rms_eps);
+        ffn_moe(s, L, n);
+        return;
+    }
+    void *xf = q8_input(s, E, &L->w_gate);
+    cuk_rmsnorm_q8(s->ctx, s->xn, xf, s->x, L->ffn_norm, n, E, c->rms_eps);
+    {
+        const struct gmat *w[2] = {&L->w_gate, &L->w_up};
+        float *y[2] = {s->gate, s->up};
+        const float *b[2] = {NULL, NULL};
+        const bool acc[2] = {false, false};
+        gemv_group(s, w, y, b, acc, 2, s->xn, xf, n);
+    }
+    void *xd = q8_input(s, c->n_ff, &L->w_down);
+    cuk_swiglu_q8(s->ctx, s->gate, xd, s->gate, s->up, n, c->n_ff);
+    {
+        const struct gmat *w[1] = {&L->w_down};
+        float *y[1] = {s->x};
+        const float *b[1] = {NULL};
+        const bool acc[1] = {true};
+        gemv_group(s, w, y, b, acc, 1, s->gate, xd, n);
+    }
+}
+
+/* The device work of a decode step whose input rows are already in s->x: the layers, then the
+ * head for the last row (every row when logits_all) into s->logits. No host synchronization,
+ * so a graph can record it. */
+static void decode_device(struct gpu_stage *s, int n, int64_t pos0, const int64_t *d_pos, bool logits_all) {
+    const struct model_config *c = &s->cfg;
+    const int64_t E = c->n_embd;
+    for (int64_t il = s->layer_first; il < c->n_layer; il++) {
+        layer_decode(s, &s->layers[il - s->layer_first], il - s->layer_first, n, pos0, d_pos);
+        hook(s, (int)il, pos0, s->x, n);
+    }
+    if (s->hook) {
+        cuk_rmsnorm(s->ctx, s->xn, s->x, s->output_norm, n, E, c->rms_eps);
+        hook(s, (int)c->n_layer, pos0, s->xn, n);
+    }
+    const int first = logits_all ? 0 : n - 1, rows = n - first;
+    NM_ASSERT(rows <= s->logit_rows);
+    void *xo = q8_input(s, E, &s->output);
+    cuk_rmsnorm_q8(s->ctx, s->xn + first * E, xo, s->x + first * E, s->output_norm, rows, E, c->rms_eps);
+    const struct gmat *w[1] = {&s->output};
+    float *y[1] = {s->logits};
+    const float *b[1] = {s->output_bias};
+    const bool acc[1] = {false};
+    gemv_group(s, w, y, b, acc, 1, s->xn + first * E, xo, rows);
+    s->last_logits = s->logits + (int64_t)(rows - 1) * c->n_vocab;
+}
+
+/* Decode rows: through the graph for one row without a hook, else launched one by one. */
+static void eval_decode(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all, float *out) {
+    const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
+    memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
+    if (n == 1 && !s->hook && s->use_graph) {
+        *s->pin_pos = pos0;
+        if (!s->decode_graph) {
+            cuk_capture_begin(s->ctx);
+            cuk_h2d(s->ctx, s->d_pos, s->pin_pos, sizeof(int64_t));
+            cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)E * sizeof(float));
+            decode_device(s, 1, 0, s->d_pos, false);
+            s->decode_graph = cuk_capture_end(s->ctx);
+        }
+        cuk_graph_launch(s->ctx, s->decode_graph);
+        s->last_logits = s->logits;
+    } else {
+        cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
+        decode_device(s, n, pos0, NULL, logits_all);
+    }
+    if (out) {
+        const int rows = logits_all ? n : 1;
+        cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(rows * V) * sizeof(float));
+        memcpy(out, s->pin_out, (size_t)(rows * V) * sizeof(float));
+    }
+}
+
 /* One chunk of n <= n_batch rows at positions pos0 .. pos0+n-1. out, when not NULL, receives
  * the logits of every row (logits_all) or of the last. */
 static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all, float *out) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, V = c->n_vocab;
+    if (n <= CUK_GEMV_MAX_ROWS && n <= s->logit_rows) {
+        eval_decode(s, hidden, n, pos0, logits_all, out);
+        return;
+    }
     memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
     cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
     for (int64_t il = s->layer_first; il < c->n_layer; il++) {

@@ -5,7 +5,9 @@
  *
  * Weights stay in their GGUF block form on the device (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16,
  * BF16, F32: every type the CPU ranks compute with). A matmul with few activation rows runs a
- * GEMV that decodes the blocks in registers and multiplies with f32 activations; with more rows
+ * GEMV: on int8 activations (cuk_gemv_q8, dp4a, the decode path of the GPU stage) for the
+ * block-quantized types, or decoding the blocks in registers against f32 activations
+ * (cuk_gemv, every type); with more rows
  * the weights are dequantized tile by tile into an f16 scratch and multiplied by cuBLAS (f16
  * inputs, f32 accumulation; F32 weights go to cublasSgemm as they are). Nothing here reorders
  * or repacks a weight.
@@ -104,6 +106,72 @@ void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t
  * e * expert_bytes into it. x is [..][ldx], y is [n_pairs][ldy]. */
 void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k, int64_t n,
                    const float *x, int64_t ldx, int x_div, const int32_t *ids, int n_pairs, float *y, int64_t ldy);
+
+/* ---- decode: int8 activations ------------------------------------------------------------ */
+
+/* A matmul input of m rows of k values (k a multiple of 32) quantized as the CPU ranks quantize
+ * it (kernels/quant.h q8x: per 32 values d = max|x| / 127, q = rint(x / d), and the sum of the
+ * q), in device memory of cuk_q8_bytes(m, k) bytes. Produced by cuk_quantize_q8,
+ * cuk_rmsnorm_q8 or cuk_swiglu_q8; read by cuk_gemv_q8, which multiplies block-quantized
+ * weights with it in integers (dp4a) as the CPU does: per block d_w * d_a * sum(q_w * q_a). */
+size_t cuk_q8_bytes(int m, int64_t k);
+/* xq = q8 of x [m][ldx] (k values per row). */
+void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k);
+/* cuk_rmsnorm (y may equal x), and xq = q8 of y when xq is not NULL (n a multiple of 32): one
+ * kernel for a norm and the quantized input of the matmuls after it. */
+void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows, int64_t n,
+                    float eps);
+/* cuk_swiglu over rows x n (out may equal gate), and xq = q8 of out when xq is not NULL (n a
+ * multiple of 32). */
+void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows, int64_t n);
+
+/* Whether cuk_gemv_q8 takes weights of type t (the block-quantized types). */
+bool cuk_gemv_q8_supported(enum dtype t);
+
+/* One output of cuk_gemv_q8: W (n rows of k values of the call's type, device) times each
+ * activation row i < m: y[i][j] = W_j . x_i, then + bias[j] when bias is not NULL, then added to
+ * the old y[i][j] when accumulate (a residual add: y + (W x + b), the CPU's order). */
+struct cuk_gemv_out {
+    const void *w;
+    int64_t n;
+    float *y;
+    int64_t ldy;
+    const float *bias; /* [n] f32 or NULL */
+    bool accumulate;
+};
+#define CUK_GEMV_MAX_OUTS 3
+/* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
+ * launch, on the q8 activations xq of m <= CUK_GEMV_MAX_ROWS rows of k values. The y of one
+ * output must not overlap another's or the input. */
+void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
+                 int n_outs);
+
+/* ---- decode: positions in device memory, CUDA graphs -------------------------------------- */
+
+/* cuk_norm_rope of q's n_head heads and k's n_head_kv heads, then k's rotated rows and v's rows
+ * stored to the caches at row pos + i (cuk_kv_store), in one kernel. pos is *d_pos (device
+ * int64) when d_pos is not NULL, else pos0: read when the kernel runs, so a captured graph
+ * serves every position. q is [m][n_head * head_dim], k [m][n_head_kv * head_dim], v
+ * [m][n_head_kv * head_dim_v]. */
+void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
+                    int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
+                    const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
+                    int64_t pos0, const int64_t *d_pos);
+/* cuk_attention with pos0 = *d_pos (device), read when the kernel runs. */
+void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                      const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head, int n_head_kv,
+                      int64_t head_dim, int64_t head_dim_v, float scale);
+
+/* A recorded sequence of the context's stream work (a CUDA graph), replayed with one launch.
+ * Between cuk_capture_begin and cuk_capture_end the calls on c are recorded, not run; nothing in
+ * between may synchronize (no cuk_d2h, cuk_sync, cuk_topk, cuBLAS prompt GEMMs). Copies from
+ * page-locked memory (cuk_host_alloc) read it when the graph runs. */
+struct cuk_graph;
+void cuk_capture_begin(struct cuk_ctx *c);
+/* The recorded graph, ready to launch (fatal, naming the CUDA error, when it cannot be built). */
+struct cuk_graph *cuk_capture_end(struct cuk_ctx *c);
+void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g);
+void cuk_graph_free(struct cuk_graph *g);
 
 /* ---- element-wise and attention ----------------------------------------------------------- */
 

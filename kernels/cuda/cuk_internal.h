@@ -49,4 +49,34 @@ struct cuk_ctx {
     int32_t *dev_pen;  /* [CUK_TOPK_MAX] penalty ids */
 };
 
+/* One block of 32 int8 activations as the CPU ranks quantize a matmul input (kernels/quant.h
+ * block_q8x): x[i] ~= d * q[i], isum = sum of q[i]. The device layout of m rows of k values
+ * (cuk_q8_bytes) is q [m][k] int8, then at the next 16-byte boundary the scales [m][k/32]. */
+struct __align__(8) cuk_q8s {
+    float d;
+    int isum;
+};
+static inline size_t cuk_q8_qbytes(int m, int64_t k) { return ((size_t)m * (size_t)k + 15) / 16 * 16; }
+
+/* The calling warp's 32 values v (lane i holds position i of the block) quantized as
+ * quantize_act_q8x_ref: d = max|v| / 127, q = rint(v / d) (as v * (1/d)), stored to q[0..32)
+ * and *s. Returns the rounded value q * d (what cuk_act_round_q8 gives). */
+__device__ __forceinline__ float cuk_q8_warp_store(float v, int8_t *q, struct cuk_q8s *s) {
+    const int lane = threadIdx.x & 31;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (isinf(id)) d = id = 0.0f;
+    const float r = rintf(v * id);
+    const int qi = (int)r;
+    q[lane] = (int8_t)qi;
+    int isum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
+    if (lane == 0) *s = cuk_q8s{d, isum};
+    return r * d;
+}
+
 #endif

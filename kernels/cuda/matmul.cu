@@ -5,8 +5,10 @@
  * Q6_K blocks are 18, 34 and 210 bytes, so only 2-byte loads are safe there). A unit's values
  * come in groups of 4 consecutive positions of the row, so the activations are read as float4.
  * The same decoder feeds the GEMV (one warp per output, lanes over units, warp-shuffle sum) and
- * the dequantization of weight tiles into f16 for cuBLAS. */
+ * the dequantization of weight tiles into f16 for cuBLAS. The decode GEMV (cuk_gemv_q8) has its
+ * own integer decoders (QV) for int8 activations. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cuk_internal.h"
 
@@ -266,6 +268,242 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 
+/* ---- the GEMV on int8 activations (cuk_gemv_q8) ---------------------------------------------
+ * QV<T>::dot(row, u, aq, as) is the f32 sum of unit u of a weight row with the q8 activation row
+ * (aq: int8 values, as: one cuk_q8s per 32), computed as the CPU's vec_dot_ref: an exact integer
+ * sum per 32-value activation block (dp4a on 4 bytes at a time), then one float product per
+ * block in the CPU's order. A unit is one 32-value block (Q4_0, Q4_1, Q8_0), one 32-value
+ * sub-block (Q4_K, Q5_K) or 64 values sharing their bytes (Q6_K: two sub-blocks). */
+template <int T> struct QV;
+
+__device__ __forceinline__ int nib_lo(uint32_t w) { return (int)(w & 0x0F0F0F0Fu); }
+__device__ __forceinline__ int nib_hi(uint32_t w) { return (int)((w >> 4) & 0x0F0F0F0Fu); }
+
+template <> struct QV<DTYPE_Q4_0> {
+    static constexpr int UV = 32, UPB = 1, BB = 18; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const uint8_t *blk = row + (size_t)u * 18;
+        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+        const cuk_q8s sa = as[u];
+        const float d = h2f(ld16(blk));
+        const uint32_t w0 = ld32_a2(blk + 2), w1 = ld32_a2(blk + 6), w2 = ld32_a2(blk + 10), w3 = ld32_a2(blk + 14);
+        int s = __dp4a(nib_lo(w0), a0.x, 0);
+        s = __dp4a(nib_lo(w1), a0.y, s);
+        s = __dp4a(nib_lo(w2), a0.z, s);
+        s = __dp4a(nib_lo(w3), a0.w, s);
+        s = __dp4a(nib_hi(w0), a1.x, s);
+        s = __dp4a(nib_hi(w1), a1.y, s);
+        s = __dp4a(nib_hi(w2), a1.z, s);
+        s = __dp4a(nib_hi(w3), a1.w, s);
+        return d * sa.d * (float)(s - 8 * sa.isum);
+    }
+};
+
+template <> struct QV<DTYPE_Q4_1> {
+    static constexpr int UV = 32, UPB = 1, BB = 20; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const uint8_t *blk = row + (size_t)u * 20;
+        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+        const cuk_q8s sa = as[u];
+        const uint32_t dm = ld32(blk);
+        const float d = h2f((uint16_t)(dm & 0xFFFF)), m = h2f((uint16_t)(dm >> 16));
+        const uint32_t w0 = ld32(blk + 4), w1 = ld32(blk + 8), w2 = ld32(blk + 12), w3 = ld32(blk + 16);
+        int s = __dp4a(nib_lo(w0), a0.x, 0);
+        s = __dp4a(nib_lo(w1), a0.y, s);
+        s = __dp4a(nib_lo(w2), a0.z, s);
+        s = __dp4a(nib_lo(w3), a0.w, s);
+        s = __dp4a(nib_hi(w0), a1.x, s);
+        s = __dp4a(nib_hi(w1), a1.y, s);
+        s = __dp4a(nib_hi(w2), a1.z, s);
+        s = __dp4a(nib_hi(w3), a1.w, s);
+        return d * sa.d * (float)s + m * sa.d * (float)sa.isum;
+    }
+};
+
+template <> struct QV<DTYPE_Q8_0> {
+    static constexpr int UV = 32, UPB = 1, BB = 34; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const uint8_t *blk = row + (size_t)u * 34;
+        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+        const cuk_q8s sa = as[u];
+        const float d = h2f(ld16(blk));
+        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a((int)ld32_a2(blk + 2 + 4 * i), av[i], s);
+        return d * sa.d * (float)s;
+    }
+};
+
+/* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u. */
+template <> struct QV<DTYPE_Q4_K> {
+    static constexpr int UV = 32, UPB = 8, BB = 144; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const int b = u >> 3, j = u & 7, shift = (j & 1) * 4;
+        const uint8_t *blk = row + (size_t)b * 144;
+        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+        const cuk_q8s sa = as[u];
+        const uint4 q0 = *(const uint4 *)(blk + 16 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 32 + (j >> 1) * 32);
+        const uint32_t dd = ld32(blk);
+        uint8_t sc12[12];
+        *(uint32_t *)(sc12 + 0) = ld32(blk + 4);
+        *(uint32_t *)(sc12 + 4) = ld32(blk + 8);
+        *(uint32_t *)(sc12 + 8) = ld32(blk + 12);
+        int sc, m;
+        scale_min_k4(j, sc12, &sc, &m);
+        const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s = __dp4a((int)((w[i] >> shift) & 0x0F0F0F0Fu), av[i], s);
+        const float d = h2f((uint16_t)(dd & 0xFFFF)), dmin = h2f((uint16_t)(dd >> 16));
+        return sa.d * (d * (float)(sc * s) - dmin * (float)(m * sa.isum));
+    }
+};
+
+template <> struct QV<DTYPE_Q5_K> {
+    static constexpr int UV = 32, UPB = 8, BB = 176; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const int b = u >> 3, j = u & 7, shift = (j & 1) * 4;
+        const uint8_t *blk = row + (size_t)b * 176;
+        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+        const cuk_q8s sa = as[u];
+        const uint4 q0 = *(const uint4 *)(blk + 48 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 64 + (j >> 1) * 32);
+        const uint4 h0 = *(const uint4 *)(blk + 16), h1 = *(const uint4 *)(blk + 32);
+        const uint32_t dd = ld32(blk);
+        uint8_t sc12[12];
+        *(uint32_t *)(sc12 + 0) = ld32(blk + 4);
+        *(uint32_t *)(sc12 + 4) = ld32(blk + 8);
+        *(uint32_t *)(sc12 + 8) = ld32(blk + 12);
+        int sc, m;
+        scale_min_k4(j, sc12, &sc, &m);
+        const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            s = __dp4a((int)(((w[i] >> shift) & 0x0F0F0F0Fu) | (((h[i] >> j) & 0x01010101u) << 4)), av[i], s);
+        const float d = h2f((uint16_t)(dd & 0xFFFF)), dmin = h2f((uint16_t)(dd >> 16));
+        return sa.d * (d * (float)(sc * s) - dmin * (float)(m * sa.isum));
+    }
+};
+
+/* Q6_K: unit u is (super-block u / 4, half (u / 2) % 2, p = u % 2): the 32 ql bytes at
+ * half * 64 + p * 32 and the 32 qh bytes of the half hold sub-blocks q = p (low nibbles, qh bits
+ * 2p) and q = p + 2 (high nibbles, qh bits 2p + 4), each of two 16-value scales. */
+template <> struct QV<DTYPE_Q6_K> {
+    static constexpr int UV = 64, UPB = 4, BB = 210; /* values per unit, units per block, block bytes */
+    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const int b = u >> 2, half = (u >> 1) & 1, p = u & 1;
+        const uint8_t *blk = row + (size_t)b * 210;
+        const uint8_t *ql = blk + half * 64 + p * 32, *qh = blk + 128 + half * 32;
+        const int8_t *sc = (const int8_t *)(blk + 192) + half * 8;
+        const int ab0 = b * 8 + half * 4 + p, ab1 = ab0 + 2; /* q8 blocks of sub-blocks p and p + 2 */
+        const int4 a00 = *(const int4 *)(aq + ab0 * 32), a01 = *(const int4 *)(aq + ab0 * 32 + 16);
+        const int4 a10 = *(const int4 *)(aq + ab1 * 32), a11 = *(const int4 *)(aq + ab1 * 32 + 16);
+        const cuk_q8s s0 = as[ab0], s1 = as[ab1];
+        const float d = h2f(ld16(blk + 208));
+        const int av0[8] = {a00.x, a00.y, a00.z, a00.w, a01.x, a01.y, a01.z, a01.w};
+        const int av1[8] = {a10.x, a10.y, a10.z, a10.w, a11.x, a11.y, a11.z, a11.w};
+        int lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t L = ld32_a2(ql + 4 * i), H = ld32_a2(qh + 4 * i);
+            const uint32_t vlo = (L & 0x0F0F0F0Fu) | (((H >> (2 * p)) & 0x03030303u) << 4);
+            const uint32_t vhi = ((L >> 4) & 0x0F0F0F0Fu) | (((H >> (2 * p + 4)) & 0x03030303u) << 4);
+            lo[i >> 2] = __dp4a((int)__vsub4(vlo, 0x20202020u), av0[i], lo[i >> 2]);
+            hi[i >> 2] = __dp4a((int)__vsub4(vhi, 0x20202020u), av1[i], hi[i >> 2]);
+        }
+        const int slo = sc[2 * p] * lo[0] + sc[2 * p + 1] * lo[1];
+        const int shi = sc[2 * p + 4] * hi[0] + sc[2 * p + 5] * hi[1];
+        return d * s0.d * (float)slo + d * s1.d * (float)shi;
+    }
+};
+
+struct gemv_q8_outs {
+    const uint8_t *w[CUK_GEMV_MAX_OUTS];
+    float *y[CUK_GEMV_MAX_OUTS];
+    const float *bias[CUK_GEMV_MAX_OUTS];
+    int64_t ldy[CUK_GEMV_MAX_OUTS];
+    int row_end[CUK_GEMV_MAX_OUTS]; /* rows of outputs 0..i together */
+    int accumulate[CUK_GEMV_MAX_OUTS];
+    int n_outs;
+};
+
+constexpr int GQ_WARPS = 4;   /* rows per block of the q8 GEMV: one warp each */
+constexpr int GQ_STAGE = 128; /* units a warp stages per step */
+
+/* Row blockIdx.x * GQ_WARPS + warp of the outputs' rows stacked, activation row blockIdx.y
+ * (column col reads x row col / x_div and, with ids, expert ids[col]'s matrix). The warp copies
+ * GQ_STAGE units of its row at a time into shared memory with coalesced loads of vec bytes
+ * (16 where the row and stage offsets allow), then each lane decodes units lane, lane + 32, ...
+ * from there: the blocks' odd sizes (18, 34, 210 bytes) only allow 2-byte loads, which from
+ * global memory would cost several L1 wavefronts each. */
+template <int T>
+__global__ void __launch_bounds__(GQ_WARPS * 32)
+    gemv_q8_kernel(gemv_q8_outs o, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids, int units,
+                   const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int x_div, int vec) {
+    constexpr int STAGE_BYTES = GQ_STAGE / QV<T>::UPB * QV<T>::BB;
+    __shared__ __align__(16) uint8_t stage[GQ_WARPS][STAGE_BYTES];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row = blockIdx.x * GQ_WARPS + warp;
+    if (row >= o.row_end[o.n_outs - 1]) return;
+    int p = 0;
+    while (row >= o.row_end[p]) p++;
+    if (p) row -= o.row_end[p - 1];
+    const int col = blockIdx.y, xr = col / x_div;
+    const uint8_t *wr = o.w[p] + (ids ? (size_t)ids[col] * expert_bytes : 0) + (size_t)row * row_bytes;
+    const int8_t *a = aq + (int64_t)xr * k;
+    const cuk_q8s *sa = as + (int64_t)xr * (k / 32);
+    uint8_t *sm = stage[warp];
+    float acc = 0.0f;
+    for (int u0 = 0; u0 < units; u0 += GQ_STAGE) {
+        const int nu = NM_MIN(GQ_STAGE, units - u0);
+        const int nbytes = (nu + QV<T>::UPB - 1) / QV<T>::UPB * QV<T>::BB;
+        const uint8_t *src = wr + (size_t)(u0 / QV<T>::UPB) * QV<T>::BB;
+        __syncwarp();
+        if (vec == 16) {
+#pragma unroll 4
+            for (int off = lane * 16; off < nbytes; off += 512) *(uint4 *)(sm + off) = __ldg((const uint4 *)(src + off));
+        } else if (vec == 8) {
+#pragma unroll 4
+            for (int off = lane * 8; off < nbytes; off += 256) *(uint2 *)(sm + off) = __ldg((const uint2 *)(src + off));
+        } else if (vec == 4) {
+#pragma unroll 4
+            for (int off = lane * 4; off < nbytes; off += 128) *(uint32_t *)(sm + off) = __ldg((const uint32_t *)(src + off));
+        } else {
+            for (int off = lane * 2; off < nbytes; off += 64) *(uint16_t *)(sm + off) = __ldg((const uint16_t *)(src + off));
+        }
+        __syncwarp();
+        const int8_t *au = a + (int64_t)u0 * QV<T>::UV;
+        const cuk_q8s *su = sa + (int64_t)u0 * QV<T>::UV / 32;
+        for (int u = lane; u < nu; u += 32) acc += QV<T>::dot(sm, u, au, su);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) {
+        float *y = o.y[p] + (int64_t)col * o.ldy[p] + row;
+        if (o.bias[p]) acc += o.bias[p][row];
+        *y = o.accumulate[p] ? *y + acc : acc;
+    }
+}
+
+/* One warp per 32-value block of x [m][ldx] (k values per row). */
+__global__ void quantize_q8_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int64_t n_blocks,
+                                   int8_t *__restrict__ q, cuk_q8s *__restrict__ s) {
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= n_blocks) return;
+    const int64_t per_row = k / 32, r = b / per_row, i = (b % per_row) * 32;
+    cuk_q8_warp_store(x[r * ldx + i + (threadIdx.x & 31)], q + r * k + i, s + b);
+}
+
 /* Float weights whose rows are not a whole number of units (or unaligned activations): one
  * value at a time. */
 __device__ __forceinline__ float f_elem(enum dtype t, const uint8_t *row, int i) {
@@ -459,6 +697,73 @@ extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64
             cuk_gemm(c, t, w, k, n, x + (int64_t)done * ldx, ldx, rows, y + (int64_t)done * ldy, ldy);
             done += rows;
         }
+}
+
+extern "C" size_t cuk_q8_bytes(int m, int64_t k) {
+    return cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s);
+}
+
+extern "C" void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k) {
+    NM_ASSERT(k % 32 == 0 && ldx >= k);
+    const int64_t nb = (int64_t)m * (k / 32);
+    if (nb < 1) return;
+    int8_t *q = (int8_t *)xq;
+    cuk_q8s *s = (cuk_q8s *)(q + cuk_q8_qbytes(m, k));
+    quantize_q8_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, c->stream>>>(x, ldx, k, nb, q, s);
+    CUK_LAUNCHED("quantize_q8");
+}
+
+extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
+    switch (t) {
+    case DTYPE_Q4_0: case DTYPE_Q4_1: case DTYPE_Q8_0: case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q6_K: return true;
+    default: return false;
+    }
+}
+
+extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
+                            const struct cuk_gemv_out *outs, int n_outs) {
+    const bool kq = t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K;
+    NM_ASSERT(cuk_gemv_q8_supported(t) && k % (kq ? 256 : 32) == 0);
+    NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS && m >= 1 && m <= CUK_GEMV_MAX_ROWS);
+    gemv_q8_outs o;
+    memset(&o, 0, sizeof o);
+    int rows = 0;
+    for (int i = 0; i < n_outs; i++) {
+        o.w[i] = (const uint8_t *)outs[i].w;
+        o.y[i] = outs[i].y;
+        o.bias[i] = outs[i].bias;
+        o.ldy[i] = outs[i].ldy;
+        o.accumulate[i] = outs[i].accumulate;
+        NM_ASSERT(outs[i].n >= 1 && rows + outs[i].n < (int64_t)1 << 30);
+        rows += (int)outs[i].n;
+        o.row_end[i] = rows;
+    }
+    o.n_outs = n_outs;
+    const int8_t *q = (const int8_t *)xq;
+    const cuk_q8s *s = (const cuk_q8s *)(q + cuk_q8_qbytes(m, k));
+    NM_ASSERT(((uintptr_t)q & 15) == 0);
+    const size_t rb = row_size(t, k);
+    const dim3 grid((unsigned)((rows + GQ_WARPS - 1) / GQ_WARPS), (unsigned)m);
+    /* widest load that every row start and stage offset keeps aligned */
+    uintptr_t al = rb;
+    for (int i = 0; i < n_outs; i++) al |= (uintptr_t)outs[i].w;
+    const int vec = al % 16 == 0 ? 16 : al % 8 == 0 ? 8 : al % 4 == 0 ? 4 : 2;
+#define GQ_CASE(T)                                                                                                \
+    case T:                                                                                                       \
+        gemv_q8_kernel<T><<<grid, GQ_WARPS * 32, 0, c->stream>>>(o, rb, 0, NULL, (int)(k / QV<T>::UV), q, s, k, 1, \
+                                                                 vec);                                         \
+        break
+    switch (t) {
+        GQ_CASE(DTYPE_Q4_0);
+        GQ_CASE(DTYPE_Q4_1);
+        GQ_CASE(DTYPE_Q8_0);
+        GQ_CASE(DTYPE_Q4_K);
+        GQ_CASE(DTYPE_Q5_K);
+        GQ_CASE(DTYPE_Q6_K);
+    default: nm_fatal("cuk_gemv_q8: weight type %d is not block-quantized", (int)t);
+    }
+#undef GQ_CASE
+    CUK_LAUNCHED("gemv_q8");
 }
 
 extern "C" void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k,

@@ -68,3 +68,24 @@ void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w
 size_t cuk_topk_scratch_bytes(int64_t n) { return 0; }
 void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
               float penalty, void *scratch, int32_t *ids, float *vals) { CUK_NONE(); }
+size_t cuk_q8_bytes(int m, int64_t k) { return 0; }
+void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k) { CUK_NONE(); }
+void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows, int64_t n,
+                    float eps) { CUK_NONE(); }
+void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows, int64_t n) { CUK_NONE(); }
+bool cuk_gemv_q8_supported(enum dtype t) { return false; }
+void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
+                 int n_outs) { CUK_NONE(); }
+void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
+                    int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
+                    const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
+                    int64_t pos0, const int64_t *d_pos) { CUK_NONE(); }
+void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                      const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head, int n_head_kv,
+                      int64_t head_dim, int64_t head_dim_v, float scale) { CUK_NONE(); }
+void cuk_capture_begin(struct cuk_ctx *c) { CUK_NONE(); }
+struct cuk_graph *cuk_capture_end(struct cuk_ctx *c) { CUK_NONE(); }
+void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g) { CUK_NONE(); }
+void cuk_graph_free(struct cuk_graph *g) {
+    if (g) CUK_NONE();
+}

@@ -90,13 +90,17 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
     }
 }
 
-/* One (head, row) per block: optional RMSNorm of the head, then RoPE (op_rope). */
-__global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride, const float *__restrict__ norm_w,
-                                 float eps, const float *__restrict__ cos_sin, int64_t pos0, int64_t n_rot, int neox) {
+__device__ __forceinline__ void kv_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void kv_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* One head of head_dim values at xh, by the whole block: optional RMSNorm (norm_w), then RoPE
+ * with the position's cos/sin pairs cs (op_rope), in place; also written to cache_h (a KV cache
+ * row, f32 or f16) when it is not NULL. */
+template <typename KT>
+__device__ void norm_rope_head(float *xh, int64_t head_dim, const float *__restrict__ norm_w, float eps,
+                               const float *__restrict__ cs, int64_t n_rot, int neox, KT *cache_h) {
     __shared__ float buf[1024];
     __shared__ double red[32];
-    const int h = blockIdx.x, i = blockIdx.y;
-    float *xh = x + (int64_t)i * row_stride + (int64_t)h * head_dim;
     for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = xh[d];
     if (norm_w) {
         double ss = 0;
@@ -106,16 +110,54 @@ __global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride,
         for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = buf[d] * scale * norm_w[d];
     }
     __syncthreads();
-    const float *cs = cos_sin + (pos0 + i) * n_rot;
     const int64_t half = n_rot / 2;
     for (int64_t p = threadIdx.x; p < half; p += blockDim.x) {
         const int64_t i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
         const float c = cs[2 * p], s = cs[2 * p + 1];
         const float a = buf[i0], b = buf[i1];
-        xh[i0] = a * c - b * s;
-        xh[i1] = a * s + b * c;
+        const float r0 = a * c - b * s, r1 = a * s + b * c;
+        xh[i0] = r0;
+        xh[i1] = r1;
+        if (cache_h) {
+            kv_st(cache_h + i0, r0);
+            kv_st(cache_h + i1, r1);
+        }
     }
-    for (int64_t d = n_rot + threadIdx.x; d < head_dim; d += blockDim.x) xh[d] = buf[d];
+    for (int64_t d = n_rot + threadIdx.x; d < head_dim; d += blockDim.x) {
+        xh[d] = buf[d];
+        if (cache_h) kv_st(cache_h + d, buf[d]);
+    }
+}
+
+/* One (head, row) per block: optional RMSNorm of the head, then RoPE (op_rope). */
+__global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride, const float *__restrict__ norm_w,
+                                 float eps, const float *__restrict__ cos_sin, int64_t pos0, int64_t n_rot, int neox) {
+    const int h = blockIdx.x, i = blockIdx.y;
+    norm_rope_head<float>(x + (int64_t)i * row_stride + (int64_t)h * head_dim, head_dim, norm_w, eps,
+                          cos_sin + (pos0 + i) * n_rot, n_rot, neox, NULL);
+}
+
+/* Blocks h < n_head: q's head h; the next n_head_kv: k's head (also stored to the K cache) and
+ * v's head copied to the V cache. One row per blockIdx.y; the position comes from d_pos when
+ * it is not NULL. */
+template <typename KT>
+__global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ v, int n_head, int64_t hd,
+                                  int64_t hdv, int64_t k_row, int64_t v_row, const float *__restrict__ q_norm,
+                                  const float *__restrict__ k_norm, float eps, const float *__restrict__ cos_sin,
+                                  int64_t n_rot, int neox, KT *kc, KT *vc, int64_t pos0, const int64_t *d_pos) {
+    const int h = blockIdx.x, i = blockIdx.y;
+    const int64_t pos = (d_pos ? *d_pos : pos0) + i;
+    const float *cs = cos_sin + pos * n_rot;
+    if (h < n_head) {
+        norm_rope_head<KT>(q + (int64_t)i * n_head * hd + (int64_t)h * hd, hd, q_norm, eps, cs, n_rot, neox, NULL);
+        return;
+    }
+    const int hk = h - n_head;
+    norm_rope_head<KT>(k + (int64_t)i * k_row + (int64_t)hk * hd, hd, k_norm, eps, cs, n_rot, neox,
+                       kc + pos * k_row + (int64_t)hk * hd);
+    const float *vs = v + (int64_t)i * v_row + (int64_t)hk * hdv;
+    KT *vd = vc + pos * v_row + (int64_t)hk * hdv;
+    for (int64_t d = threadIdx.x; d < hdv; d += blockDim.x) kv_st(vd + d, vs[d]);
 }
 
 __global__ void kv_store_f32_kernel(float *cache, const float *src, int64_t n, int64_t total) {
@@ -132,19 +174,37 @@ __device__ __forceinline__ float kv_ld(const __half *p) { return __half2float(*p
 
 constexpr int ATT_T = 256; /* threads and positions per tile */
 
-/* One (query head, row) per block. Positions in tiles of ATT_T: each warp scores positions
- * (lanes over head_dim, coalesced), the tile's softmax numerators are rescaled online against
- * the running max, and each thread accumulates output dimensions over the tile. */
+/* 8 consecutive cache values as f32 (16-byte aligned for __half, 32 for float). */
+__device__ __forceinline__ void kv_ld8(const __half *p, float *o) {
+    const uint4 r = *(const uint4 *)p;
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 f = __half22float2(*(const __half2 *)&w[j]);
+        o[2 * j] = f.x;
+        o[2 * j + 1] = f.y;
+    }
+}
+__device__ __forceinline__ void kv_ld8(const float *p, float *o) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
+    o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
+}
+
+/* One (query head, row) per block. Positions in tiles of ATT_T: thread j scores position t0 + j
+ * (a whole K row, 8 values per load when vec8), the tile's softmax numerators are rescaled
+ * online against the running max, and each thread accumulates output dimensions over the tile.
+ * pos0 is *d_pos when d_pos is not NULL (read when the kernel runs: a graph replays it). */
 template <typename KT>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
-                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, int n_head, int group, int hd,
-                int hdv, float scale) {
+                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *d_pos,
+                int n_head, int group, int hd, int hdv, float scale, int vec8) {
     __shared__ float qs[512];
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
+    if (d_pos) pos0 = *d_pos;
     const int h = blockIdx.x, i = blockIdx.y, hk = h / group;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = ATT_T / 32;
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_T) qs[d] = qh[d];
     __syncthreads();
@@ -153,19 +213,26 @@ __global__ void __launch_bounds__(ATT_T)
     float m_run = -INFINITY, l_run = 0.0f, acc[2] = {0.0f, 0.0f};
     for (int64_t t0 = 0; t0 < n_kv; t0 += ATT_T) {
         const int tl = (int)NM_MIN((int64_t)ATT_T, n_kv - t0);
-        for (int j = warp; j < tl; j += nw) {
-            const KT *kr = k0 + (t0 + j) * k_row;
-            float s = 0.0f;
-            for (int d = lane; d < hd; d += 32) s += qs[d] * kv_ld(kr + d);
-            s = warp_sum(s);
-            if (lane == 0) ps[j] = s * scale;
+        float sj = -INFINITY;
+        if (threadIdx.x < tl) {
+            const KT *kr = k0 + (t0 + threadIdx.x) * k_row;
+            float s0 = 0.0f, s1 = 0.0f;
+            if (vec8) {
+                for (int d = 0; d < hd; d += 8) {
+                    float kv[8];
+                    kv_ld8(kr + d, kv);
+                    s0 += qs[d] * kv[0] + qs[d + 1] * kv[1] + qs[d + 2] * kv[2] + qs[d + 3] * kv[3];
+                    s1 += qs[d + 4] * kv[4] + qs[d + 5] * kv[5] + qs[d + 6] * kv[6] + qs[d + 7] * kv[7];
+                }
+            } else {
+                for (int d = 0; d < hd; d++) s0 += qs[d] * kv_ld(kr + d);
+            }
+            sj = (s0 + s1) * scale;
         }
-        __syncthreads();
-        const float sj = threadIdx.x < tl ? ps[threadIdx.x] : -INFINITY;
         const float m_new = fmaxf(m_run, block_max(sj, red));
         const float corr = expf(m_run - m_new);
         const float p = threadIdx.x < tl ? expf(sj - m_new) : 0.0f;
-        const float psum = block_sum(p, red); /* syncs: every ps read above is done */
+        const float psum = block_sum(p, red); /* syncs: the previous tile's ps reads are done */
         if (threadIdx.x < tl) ps[threadIdx.x] = p;
         l_run = l_run * corr + psum;
         m_run = m_new;
@@ -176,6 +243,7 @@ __global__ void __launch_bounds__(ATT_T)
             if (d < hdv) {
                 float a = acc[r] * corr;
                 const KT *vr = v0 + t0 * v_row + d;
+#pragma unroll 4
                 for (int j = 0; j < tl; j++) a += ps[j] * kv_ld(vr + (int64_t)j * v_row);
                 acc[r] = a;
             }
@@ -188,6 +256,38 @@ __global__ void __launch_bounds__(ATT_T)
         const int d = threadIdx.x + r * ATT_T;
         if (d < hdv) out[(int64_t)i * ldo + (int64_t)h * hdv + d] = acc[r] * inv;
     }
+}
+
+/* rmsnorm_kernel, and the q8 of each row when q is not NULL (n a multiple of 32: each warp's
+ * 32 consecutive values are one block). */
+__global__ void rmsnorm_q8_kernel(float *y, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *x,
+                                  const float *__restrict__ w, int64_t n, float eps) {
+    __shared__ double red[32];
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    double ss = 0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum_d(ss, red);
+    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int64_t i0 = (int64_t)warp * 32; i0 < n; i0 += blockDim.x) {
+        const int64_t i = i0 + lane;
+        const float v = xr[i] * scale * w[i];
+        yr[i] = v;
+        cuk_q8_warp_store(v, q + (int64_t)blockIdx.x * n + i0, qs + ((int64_t)blockIdx.x * n + i0) / 32);
+    }
+}
+
+/* swiglu over n_blocks blocks of 32 values, one warp each, with their q8. */
+__global__ void swiglu_q8_kernel(float *out, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *gate,
+                                 const float *up, int64_t n_blocks) {
+    const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (b >= n_blocks) return;
+    const int64_t i = b * 32 + (threadIdx.x & 31);
+    const float g = gate[i];
+    const float o = g / (1.0f + expf(-g)) * up[i];
+    out[i] = o;
+    cuk_q8_warp_store(o, q + b * 32, qs + b);
 }
 
 /* One row per block: softmax of the router logits, the n_used best (ties: lower id),
@@ -399,23 +499,88 @@ extern "C" void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type,
     CUK_LAUNCHED("kv_store");
 }
 
-extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                              const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
-                              int64_t head_dim, int64_t head_dim_v, float scale) {
+static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                             const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *d_pos,
+                             int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
     NM_ASSERT(head_dim <= 512 && head_dim_v <= 2 * ATT_T && n_head % n_head_kv == 0);
     if (m < 1) return;
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     const dim3 grid((unsigned)n_head, (unsigned)m);
     const int group = n_head / n_head_kv;
+    const int vec8 = head_dim % 8 == 0 && ((uintptr_t)k_cache & 31) == 0;
     if (kv_type == DTYPE_F32)
         attn_kernel<float><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const float *)k_cache, (const float *)v_cache,
-                                                          k_row, v_row, pos0, n_head, group, (int)head_dim,
-                                                          (int)head_dim_v, scale);
+                                                          k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim,
+                                                          (int)head_dim_v, scale, vec8);
     else
         attn_kernel<__half><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const __half *)k_cache,
-                                                           (const __half *)v_cache, k_row, v_row, pos0, n_head, group,
-                                                           (int)head_dim, (int)head_dim_v, scale);
+                                                           (const __half *)v_cache, k_row, v_row, pos0, d_pos, n_head,
+                                                           group, (int)head_dim, (int)head_dim_v, scale, vec8);
     CUK_LAUNCHED("attention");
+}
+
+extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                              const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
+                              int64_t head_dim, int64_t head_dim_v, float scale) {
+    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, pos0, NULL, n_head, n_head_kv, head_dim, head_dim_v,
+                     scale);
+}
+
+extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
+                                 const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head,
+                                 int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
+    NM_ASSERT(d_pos);
+    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, 0, d_pos, n_head, n_head_kv, head_dim, head_dim_v,
+                     scale);
+}
+
+extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
+                               int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm,
+                               float eps, const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache,
+                               enum dtype kv_type, int64_t pos0, const int64_t *d_pos) {
+    NM_ASSERT(head_dim <= 1024 && n_rot <= head_dim && n_rot % 2 == 0);
+    if (m < 1) return;
+    const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
+    const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
+    if (kv_type == DTYPE_F32)
+        rope_store_kernel<float><<<grid, 128, 0, c->stream>>>(q, k, v, n_head, head_dim, head_dim_v, k_row, v_row,
+                                                              q_norm, k_norm, eps, cos_sin, n_rot, neox,
+                                                              (float *)k_cache, (float *)v_cache, pos0, d_pos);
+    else {
+        NM_ASSERT(kv_type == DTYPE_F16);
+        rope_store_kernel<__half><<<grid, 128, 0, c->stream>>>(q, k, v, n_head, head_dim, head_dim_v, k_row, v_row,
+                                                               q_norm, k_norm, eps, cos_sin, n_rot, neox,
+                                                               (__half *)k_cache, (__half *)v_cache, pos0, d_pos);
+    }
+    CUK_LAUNCHED("rope_store");
+}
+
+extern "C" void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows,
+                               int64_t n, float eps) {
+    if (rows < 1) return;
+    if (!xq) {
+        cuk_rmsnorm(c, y, x, w, rows, n, eps);
+        return;
+    }
+    NM_ASSERT(n % 32 == 0);
+    int8_t *q = (int8_t *)xq;
+    rmsnorm_q8_kernel<<<rows, NT, 0, c->stream>>>(y, q, (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), x, w, n, eps);
+    CUK_LAUNCHED("rmsnorm_q8");
+}
+
+extern "C" void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows,
+                              int64_t n) {
+    if (!xq) {
+        cuk_swiglu(c, out, gate, up, (int64_t)rows * n);
+        return;
+    }
+    NM_ASSERT(n % 32 == 0);
+    const int64_t nb = (int64_t)rows * n / 32;
+    if (nb < 1) return;
+    int8_t *q = (int8_t *)xq;
+    swiglu_q8_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, c->stream>>>(out, q, (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)),
+                                                                      gate, up, nb);
+    CUK_LAUNCHED("swiglu_q8");
 }
 
 extern "C" void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids,

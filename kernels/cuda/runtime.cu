@@ -172,3 +172,35 @@ extern "C" int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max
     c->tile_bytes = tile_bytes;
     return 0;
 }
+
+/* ---- CUDA graphs ----------------------------------------------------------------------------- */
+
+struct cuk_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+extern "C" void cuk_capture_begin(struct cuk_ctx *c) {
+    CUK_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal),
+              "starting a graph capture on the GPU rank's stream (is another capture running?)");
+}
+
+extern "C" struct cuk_graph *cuk_capture_end(struct cuk_ctx *c) {
+    struct cuk_graph *g = (struct cuk_graph *)calloc(1, sizeof *g);
+    NM_ASSERT(g);
+    CUK_CHECK(cudaStreamEndCapture(c->stream, &g->graph),
+              "ending a graph capture (a call in it synchronized or used another stream: a bug)");
+    CUK_CHECK(cudaGraphInstantiate(&g->exec, g->graph, 0), "instantiating the captured graph");
+    return g;
+}
+
+extern "C" void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g) {
+    CUK_CHECK(cudaGraphLaunch(g->exec, c->stream), "launching a captured graph");
+}
+
+extern "C" void cuk_graph_free(struct cuk_graph *g) {
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
+}

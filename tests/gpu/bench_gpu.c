@@ -54,7 +54,7 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
         for (int i = 0; i < n_sh; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, 1, y, sh[i].n);
     cuk_sync(g_ctx);
     const double s_layer = (double)(nm_time_ns() - t0) * 1e-9 / reps;
-    printf("%-12s %-5s layer GEMV: %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)\n", model, dtype_get(t)->name,
+    printf("%-12s %-5s layer GEMV f32: %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)\n", model, dtype_get(t)->name,
            (double)total / (1 << 20), s_layer * 1e6, (double)total / s_layer / 1e9, 100 * (double)total / s_layer / 1e9 / g_bw,
            g_bw);
     for (int i = 0; i < n_sh; i++) {
@@ -65,6 +65,44 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
         const double s = (double)(nm_time_ns() - t0) * 1e-9 / reps;
         printf("    %-6s %5lld x %5lld: %7.1f us %6.0f GB/s\n", sh[i].name, (long long)sh[i].n, (long long)sh[i].k, s * 1e6,
                (double)bytes[i] / s / 1e9);
+    }
+    /* decode path for block-quantized weights: int8 activations, Q/K/V and gate/up as one launch
+     * each (as the stage runs them), plus the quantization of each input */
+    if (cuk_gemv_q8_supported(t) && n_sh == 7) {
+        void *xq = cuk_malloc(g_ctx, cuk_q8_bytes(1, kmax), "bench q8", NULL, 0);
+        float *ys[7];
+        for (int i = 0; i < n_sh; i++) ys[i] = cuk_malloc(g_ctx, (size_t)sh[i].n * 4, "y", NULL, 0);
+        struct cuk_gemv_out o[7];
+        for (int i = 0; i < n_sh; i++) o[i] = (struct cuk_gemv_out){.w = w[i], .n = sh[i].n, .y = ys[i], .ldy = sh[i].n};
+        for (int rep = 0; rep < reps + 10; rep++) {
+            if (rep == 10) {
+                cuk_sync(g_ctx);
+                t0 = nm_time_ns();
+            }
+            cuk_quantize_q8(g_ctx, xq, x, sh[0].k, 1, sh[0].k);
+            cuk_gemv_q8(g_ctx, t, sh[0].k, xq, 1, o, 3);     /* q, k, v */
+            cuk_gemv_q8(g_ctx, t, sh[3].k, xq, 1, o + 3, 1); /* o */
+            cuk_gemv_q8(g_ctx, t, sh[4].k, xq, 1, o + 4, 2); /* gate, up */
+            cuk_quantize_q8(g_ctx, xq, x, sh[6].k, 1, sh[6].k);
+            cuk_gemv_q8(g_ctx, t, sh[6].k, xq, 1, o + 6, 1); /* down */
+        }
+        cuk_sync(g_ctx);
+        const double sq = (double)(nm_time_ns() - t0) * 1e-9 / reps;
+        printf("%-12s %-5s layer GEMV q8 : %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)  [int8 activations, "
+               "4 GEMV + 2 quantize launches]\n",
+               model, dtype_get(t)->name, (double)total / (1 << 20), sq * 1e6, (double)total / sq / 1e9,
+               100 * (double)total / sq / 1e9 / g_bw, g_bw);
+        for (int i = 0; i < n_sh; i++) {
+            cuk_sync(g_ctx);
+            t0 = nm_time_ns();
+            for (int rep = 0; rep < reps; rep++) cuk_gemv_q8(g_ctx, t, sh[i].k, xq, 1, o + i, 1);
+            cuk_sync(g_ctx);
+            const double sv = (double)(nm_time_ns() - t0) * 1e-9 / reps;
+            printf("    q8 %-6s %5lld x %5lld: %7.1f us %6.0f GB/s\n", sh[i].name, (long long)sh[i].n, (long long)sh[i].k,
+                   sv * 1e6, (double)bytes[i] / sv / 1e9);
+        }
+        for (int i = 0; i < n_sh; i++) cuk_free(ys[i]);
+        cuk_free(xq);
     }
     /* prompt path: M = 512 rows through dequantized tiles + cuBLAS */
     double flops = 0;
@@ -94,7 +132,7 @@ static int bench_layers(void) {
         return 1;
     }
     bench_layer("qwen2.5-0.5b", q05, 7, DTYPE_Q4_0);
-    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
+    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_F16};
     for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", l8, 7, ts[i]);
     return 0;
 }

@@ -2,7 +2,10 @@
  * type through the GEMV and the dequantize+cuBLAS path on odd shapes and strides (guard values
  * around the outputs), expert matmuls, RMSNorm, Q/K norm + RoPE (both pairings, partial
  * rotation, frequency factors), SwiGLU, biases, KV stores, attention (GQA, f16/f32 cache,
- * several tiles), MoE routing and top-k with the repetition penalty. Exit 77 without a device. */
+ * several tiles), MoE routing and top-k with the repetition penalty; the decode path's int8
+ * activations (quantizer bit-exact with quantize_act_q8x_ref, the dp4a GEMV with several
+ * outputs, bias and accumulation, the fused rmsnorm/swiglu producers), the fused RoPE + KV
+ * store and attention with the position in device memory. Exit 77 without a device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 #include "gtest.h"
 #include "ktest.h"
 #include "ops.h"
+#include "quant.h"
 
 static struct cuk_ctx *g_ctx;
 
@@ -112,6 +116,241 @@ static void test_matmul(krng *r) {
         printf("matmul %s: gemv, gemm, matmul_id checked (worst normalized error so far %.2e)\n", dtype_get(t)->name,
                ktest_worst_err);
     }
+}
+
+static void check_close(const float *got, const float *want, int64_t n, double tol, const char *what);
+
+/* The q8 activations on the device (cuk_q8_bytes layout) against quantize_act_q8x_ref of the
+ * same f32 rows: bit-exact. */
+static void check_q8_layout(const void *dxq, const float *x, int m, int64_t k, const char *what) {
+    const size_t bytes = cuk_q8_bytes(m, k), qb = ((size_t)m * (size_t)k + 15) / 16 * 16;
+    uint8_t *h = malloc(bytes);
+    to_host(h, dxq, bytes);
+    block_q8x *ref = malloc((size_t)(k / 32) * sizeof *ref);
+    int bad = 0;
+    for (int i = 0; i < m && !bad; i++) {
+        quantize_act_q8x_ref(x + (int64_t)i * k, ref, k);
+        for (int64_t b = 0; b < k / 32 && !bad; b++) {
+            float d;
+            int32_t isum;
+            memcpy(&d, h + qb + ((size_t)i * (size_t)(k / 32) + (size_t)b) * 8, 4);
+            memcpy(&isum, h + qb + ((size_t)i * (size_t)(k / 32) + (size_t)b) * 8 + 4, 4);
+            if (memcmp(&d, &ref[b].d, 4) != 0 || isum != ref[b].isum ||
+                memcmp(h + (size_t)i * (size_t)k + (size_t)b * 32, ref[b].qs, 32) != 0) {
+                ktest_fail("%s m=%d k=%lld: row %d block %lld differs from quantize_act_q8x_ref (d %.9g vs %.9g, isum %d vs %d)",
+                           what, m, (long long)k, i, (long long)b, (double)d, (double)ref[b].d, isum, ref[b].isum);
+                bad = 1;
+            }
+        }
+    }
+    free(ref);
+    free(h);
+}
+
+/* cuk_quantize_q8 + cuk_gemv_q8 with three outputs (plain, + bias, accumulated onto y) against
+ * the dequantized weights times the CPU-rounded activations in double. */
+static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, int n_outs, int m) {
+    const size_t rb = dtype_row_size(t, k);
+    const int64_t ldx = k + 4;
+    float *x = calloc((size_t)(m * ldx), sizeof(float)), *xc = malloc((size_t)(m * k) * sizeof(float));
+    for (int i = 0; i < m; i++) {
+        krng_acts(r, x + i * ldx, k);
+        memcpy(xc + i * k, x + i * ldx, (size_t)k * sizeof(float));
+    }
+    block_q8x *q8 = malloc((size_t)(k / 32) * sizeof *q8);
+    float *xr = malloc((size_t)(m * k) * sizeof(float)), *wrow = malloc((size_t)k * sizeof(float));
+    for (int i = 0; i < m; i++) {
+        quantize_act_q8x_ref(xc + i * k, q8, k);
+        kact_values(t, xc + i * k, q8, xr + i * k, k);
+    }
+    float *dx = dev_from(x, (size_t)(m * ldx) * sizeof(float));
+    void *dxq = cuk_malloc(g_ctx, cuk_q8_bytes(m, k), "q8", NULL, 0);
+    cuk_quantize_q8(g_ctx, dxq, dx, ldx, m, k);
+    check_q8_layout(dxq, xc, m, k, "quantize_q8");
+    struct cuk_gemv_out outs[CUK_GEMV_MAX_OUTS];
+    uint8_t *w[CUK_GEMV_MAX_OUTS];
+    float *y[CUK_GEMV_MAX_OUTS], *b[CUK_GEMV_MAX_OUTS];
+    void *dw[CUK_GEMV_MAX_OUTS];
+    float *dy[CUK_GEMV_MAX_OUTS], *db[CUK_GEMV_MAX_OUTS];
+    for (int o = 0; o < n_outs; o++) {
+        const int64_t n = ns[o], ldy = n + 3;
+        w[o] = malloc(rb * (size_t)n);
+        for (int64_t j = 0; j < n; j++) krng_row(r, t, w[o] + (size_t)j * rb, k);
+        y[o] = malloc((size_t)(m * ldy) * sizeof(float));
+        kguard_fill(y[o], m * ldy);
+        b[o] = malloc((size_t)n * sizeof(float));
+        krng_acts(r, b[o], n);
+        if (o == 2)
+            for (int i = 0; i < m; i++) krng_acts(r, y[o] + i * ldy, n);
+        dw[o] = dev_from(w[o], rb * (size_t)n);
+        dy[o] = dev_from(y[o], (size_t)(m * ldy) * sizeof(float));
+        db[o] = dev_from(b[o], (size_t)n * sizeof(float));
+        outs[o] = (struct cuk_gemv_out){.w = dw[o], .n = n, .y = dy[o], .ldy = ldy, .bias = o == 1 ? db[o] : NULL,
+                                        .accumulate = o == 2};
+    }
+    cuk_gemv_q8(g_ctx, t, k, dxq, m, outs, n_outs);
+    for (int o = 0; o < n_outs; o++) {
+        const int64_t n = ns[o], ldy = n + 3;
+        float *got = malloc((size_t)(m * ldy) * sizeof(float));
+        to_host(got, dy[o], (size_t)(m * ldy) * sizeof(float));
+        float *want = malloc((size_t)(m * n) * sizeof(float)), *g = malloc((size_t)(m * n) * sizeof(float));
+        double *mag = malloc((size_t)(m * n) * sizeof(double));
+        int64_t guards = 0;
+        for (int i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                dequantize_row_ref(t, w[o] + (size_t)j * rb, wrow, k);
+                double sum = 0;
+                for (int64_t q = 0; q < k; q++) sum += (double)wrow[q] * xr[i * k + q];
+                double extra = 0;
+                if (o == 1) extra = b[o][j];
+                if (o == 2) extra = y[o][i * ldy + j];
+                want[i * n + j] = (float)(sum + extra);
+                g[i * n + j] = got[i * ldy + j];
+                mag[i * n + j] = kmag(wrow, xr + i * k, k) + fabs(extra);
+            }
+            for (int64_t j = n; j < ldy; j++) guards += !kguard_is(got[i * ldy + j]);
+        }
+        kcheck(g, want, mag, m * n, 2e-5, "gemv_q8 %s k=%lld output %d n=%lld m=%d", dtype_get(t)->name, (long long)k, o,
+               (long long)n, m);
+        if (guards) ktest_fail("gemv_q8 %s k=%lld n=%lld m=%d: %lld padding values of y overwritten", dtype_get(t)->name,
+                               (long long)k, (long long)n, m, (long long)guards);
+        free(got);
+        free(want);
+        free(g);
+        free(mag);
+        free(w[o]);
+        free(y[o]);
+        free(b[o]);
+        cuk_free(dw[o]);
+        cuk_free(dy[o]);
+        cuk_free(db[o]);
+    }
+    cuk_free(dx);
+    cuk_free(dxq);
+    free(x);
+    free(xc);
+    free(q8);
+    free(xr);
+    free(wrow);
+}
+
+static void test_gemv_q8(krng *r) {
+    const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_1, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+    const int64_t ns[][3] = {{37, 5, 130}, {1, 64, 9}, {300, 31, 2}};
+    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+        const enum dtype t = types[ti];
+        if (!cuk_gemv_q8_supported(t)) ktest_fail("cuk_gemv_q8_supported(%s) is false", dtype_get(t)->name);
+        const bool kq = dtype_get(t)->blck_size == 256;
+        const int64_t ks_small[] = {32, 96, 896, 4096}, ks_k[] = {256, 768, 4096};
+        const int64_t *ks = kq ? ks_k : ks_small;
+        const int nk = kq ? 3 : 4;
+        for (int a = 0; a < nk; a++)
+            for (int m = 1; m <= CUK_GEMV_MAX_ROWS; m++) check_gemv_q8(r, t, ks[a], ns[(a + m) % 3], 1 + (a + m) % 3, m);
+        printf("gemv_q8 %s: checked (worst normalized error so far %.2e)\n", dtype_get(t)->name, ktest_worst_err);
+    }
+    /* the fused producers: rmsnorm_q8 and swiglu_q8 give op_rmsnorm / op_swiglu and the q8 of it */
+    const int rows = 3;
+    const int64_t n = 896;
+    float *x = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float)), *wt = malloc(n * sizeof(float)),
+          *want = malloc(rows * n * sizeof(float)), *got = malloc(rows * n * sizeof(float));
+    krng_acts(r, x, rows * n);
+    krng_acts(r, u, rows * n);
+    for (int64_t i = 0; i < n; i++) wt[i] = 1.0f + 0.1f * krng_normal(r);
+    float *dx = dev_from(x, rows * n * sizeof(float)), *du = dev_from(u, rows * n * sizeof(float)),
+          *dw = dev_from(wt, n * sizeof(float)), *dy = cuk_malloc(g_ctx, rows * n * sizeof(float), "y", NULL, 0);
+    void *dxq = cuk_malloc(g_ctx, cuk_q8_bytes(rows, n), "q8", NULL, 0);
+    for (int i = 0; i < rows; i++) op_rmsnorm(want + i * n, x + i * n, wt, n, 1e-6f);
+    cuk_rmsnorm_q8(g_ctx, dy, dxq, dx, dw, rows, n, 1e-6f);
+    to_host(got, dy, rows * n * sizeof(float));
+    check_close(got, want, rows * n, 1e-6, "rmsnorm_q8");
+    check_q8_layout(dxq, got, rows, n, "rmsnorm_q8");
+    op_swiglu(want, x, u, rows * n);
+    cuk_swiglu_q8(g_ctx, dy, dxq, dx, du, rows, n);
+    to_host(got, dy, rows * n * sizeof(float));
+    check_close(got, want, rows * n, 1e-6, "swiglu_q8");
+    check_q8_layout(dxq, got, rows, n, "swiglu_q8");
+    cuk_free(dx);
+    cuk_free(du);
+    cuk_free(dw);
+    cuk_free(dy);
+    cuk_free(dxq);
+    free(x);
+    free(u);
+    free(wt);
+    free(want);
+    free(got);
+    printf("rmsnorm_q8, swiglu_q8: checked\n");
+}
+
+/* cuk_rope_store (position from the argument and from device memory) against op_rmsnorm +
+ * op_rope on q and k and op_store_kv of the rotated k and of v at rows pos0 + i. */
+static void test_rope_store(krng *r) {
+    struct { int n_head, n_head_kv; int64_t hd, hdv, n_rot; int neox, norm; enum dtype kv; } cases[] = {
+        {14, 2, 64, 64, 64, 1, 0, DTYPE_F16}, {8, 8, 128, 128, 128, 0, 1, DTYPE_F32}, {6, 2, 80, 96, 48, 0, 1, DTYPE_F16},
+    };
+    const int m = 3;
+    const int64_t n_ctx = 30, pos0 = 11;
+    for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++)
+        for (int use_dpos = 0; use_dpos < 2; use_dpos++) {
+            const int nh = cases[ci].n_head, nkv = cases[ci].n_head_kv;
+            const int64_t hd = cases[ci].hd, hdv = cases[ci].hdv, nr = cases[ci].n_rot, es = cases[ci].kv == DTYPE_F16 ? 2 : 4;
+            const int64_t qd = nh * hd, kd = nkv * hd, vd = nkv * hdv;
+            float nw[256], kw[256];
+            for (int i = 0; i < hd; i++) {
+                nw[i] = 1.0f + 0.2f * krng_normal(r);
+                kw[i] = 1.0f + 0.2f * krng_normal(r);
+            }
+            float *table = malloc(n_ctx * nr * sizeof(float));
+            for (int64_t p = 0; p < n_ctx; p++) op_rope_cache(table + p * nr, p, nr, 1e4f, 1.0f, NULL);
+            float *q = malloc(m * qd * sizeof(float)), *k = malloc(m * kd * sizeof(float)), *v = malloc(m * vd * sizeof(float));
+            krng_acts(r, q, m * qd);
+            krng_acts(r, k, m * kd);
+            krng_acts(r, v, m * vd);
+            float *wq = malloc(m * qd * sizeof(float)), *wk = malloc(m * kd * sizeof(float));
+            memcpy(wq, q, m * qd * sizeof(float));
+            memcpy(wk, k, m * kd * sizeof(float));
+            for (int i = 0; i < m; i++) {
+                for (int h = 0; h < nh; h++) {
+                    float *x = wq + i * qd + h * hd;
+                    if (cases[ci].norm) op_rmsnorm(x, x, nw, hd, 1e-6f);
+                    op_rope(x, table + (pos0 + i) * nr, nr, cases[ci].neox);
+                }
+                for (int h = 0; h < nkv; h++) {
+                    float *x = wk + i * kd + h * hd;
+                    if (cases[ci].norm) op_rmsnorm(x, x, kw, hd, 1e-6f);
+                    op_rope(x, table + (pos0 + i) * nr, nr, cases[ci].neox);
+                }
+            }
+            float *dq = dev_from(q, m * qd * sizeof(float)), *dk = dev_from(k, m * kd * sizeof(float)),
+                  *dv = dev_from(v, m * vd * sizeof(float)), *dt = dev_from(table, n_ctx * nr * sizeof(float)),
+                  *dn = dev_from(nw, hd * sizeof(float)), *dkn = dev_from(kw, hd * sizeof(float));
+            void *kc = cuk_malloc(g_ctx, n_ctx * kd * es, "k cache", NULL, 0), *vc = cuk_malloc(g_ctx, n_ctx * vd * es, "v cache", NULL, 0);
+            int64_t *dpos = dev_from(&pos0, sizeof pos0);
+            cuk_rope_store(g_ctx, dq, dk, dv, m, nh, nkv, hd, hdv, cases[ci].norm ? dn : NULL, cases[ci].norm ? dkn : NULL,
+                           1e-6f, dt, nr, cases[ci].neox, kc, vc, cases[ci].kv, use_dpos ? -1000 : pos0, use_dpos ? dpos : NULL);
+            float *gq = malloc(m * qd * sizeof(float)), *gk = malloc(m * kd * sizeof(float));
+            to_host(gq, dq, m * qd * sizeof(float));
+            to_host(gk, dk, m * kd * sizeof(float));
+            char what[128];
+            snprintf(what, sizeof what, "rope_store heads=%d/%d head_dim=%lld/%lld n_rot=%lld %s%s q", nh, nkv, (long long)hd,
+                     (long long)hdv, (long long)nr, cases[ci].kv == DTYPE_F16 ? "f16" : "f32", use_dpos ? " d_pos" : "");
+            check_close(gq, wq, m * qd, 1e-6, what);
+            what[strlen(what) - 1] = 'k';
+            check_close(gk, wk, m * kd, 1e-6, what);
+            uint8_t *hk = malloc(n_ctx * kd * es), *hv = malloc(n_ctx * vd * es), *ek = calloc(n_ctx * kd, es),
+                    *ev = calloc(n_ctx * vd, es);
+            to_host(hk, kc, n_ctx * kd * es);
+            to_host(hv, vc, n_ctx * vd * es);
+            op_store_kv(ek + pos0 * kd * es, gk, m * kd, cases[ci].kv);
+            op_store_kv(ev + pos0 * vd * es, v, m * vd, cases[ci].kv);
+            if (memcmp(hk, ek, n_ctx * kd * es) != 0) ktest_fail("%s: K cache differs from op_store_kv of the rotated k", what);
+            if (memcmp(hv, ev, n_ctx * vd * es) != 0) ktest_fail("%s: V cache differs from op_store_kv of v", what);
+            cuk_free(dq); cuk_free(dk); cuk_free(dv); cuk_free(dt); cuk_free(dn); cuk_free(dkn);
+            cuk_free(kc); cuk_free(vc); cuk_free(dpos);
+            free(table); free(q); free(k); free(v); free(wq); free(wk); free(gq); free(gk);
+            free(hk); free(hv); free(ek); free(ev);
+        }
+    printf("rope_store: %zu cases checked\n", NM_ARRAY_LEN(cases));
 }
 
 /* ---- element-wise ------------------------------------------------------------------------- */
@@ -271,6 +510,16 @@ static void test_attention(krng *r) {
         snprintf(what, sizeof what, "attention heads=%d/%d head_dim=%lld/%lld rows=%d pos0=%lld %s", nh, nkv,
                  (long long)hd, (long long)hdv, m, (long long)pos0, cases[ci].kv == DTYPE_F16 ? "f16" : "f32");
         check_close(got, want, m * ldo, 2e-5, what);
+        /* the same with the position in device memory (the decode graph's form): identical */
+        {
+            int64_t *dpos = dev_from(&pos0, sizeof pos0);
+            float *got2 = malloc(m * ldo * sizeof(float));
+            cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, dpos, nh, nkv, hd, hdv, scale);
+            to_host(got2, dout, m * ldo * sizeof(float));
+            if (memcmp(got2, got, m * ldo * sizeof(float)) != 0) ktest_fail("%s: attention_at differs from attention", what);
+            free(got2);
+            cuk_free(dpos);
+        }
         cuk_free(dk);
         cuk_free(dv);
         cuk_free(dq);
@@ -423,7 +672,9 @@ int main(int argc, char **argv) {
     }
     krng r = {ktest_seed};
     test_matmul(&r);
+    test_gemv_q8(&r);
     test_elementwise(&r);
+    test_rope_store(&r);
     test_norm_rope(&r);
     test_attention(&r);
     test_moe(&r);
