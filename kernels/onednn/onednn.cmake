@@ -6,6 +6,7 @@ option(NM_ONEDNN "Build the oneDNN matmul candidate when oneDNN is found" ON)
 set(NM_ONEDNN_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(NM_HAVE_DNNL OFF)
 set(NM_DNNL_LINK "")
+set(_dnnl_said OFF)
 if(NM_ONEDNN)
   # The package's config (Debian: DNNL::dnnl) also looks for OpenCL where the library was built
   # with the OpenCL GPU runtime; when that fails, fall back to the library and header.
@@ -30,6 +31,24 @@ if(NM_DNNL_LINK)
   string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3" NM_DNNL_VERSION "${_dnnl_ver}")
   file(STRINGS ${NM_DNNL_HDR}/oneapi/dnnl/dnnl_config.h _dnnl_rt REGEX "#define DNNL_CPU_THREADING_RUNTIME ")
   string(REGEX REPLACE ".*DNNL_RUNTIME_([A-Z_]+).*" "\\1" NM_DNNL_RUNTIME "${_dnnl_rt}")
+  # onednn.c was developed against 2.6 (Debian bookworm); its 3.x branch (the C API changed) has
+  # not been built here. Compile it once at configure time, so that a oneDNN it does not fit
+  # gives a status line and the no-oneDNN build instead of a broken build.
+  set(_dnnl_try_type ${CMAKE_TRY_COMPILE_TARGET_TYPE})
+  set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)
+  try_compile(NM_DNNL_COMPILES ${CMAKE_BINARY_DIR}/onednn_try SOURCES ${NM_ONEDNN_DIR}/onednn.c
+              CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${NM_DNNL_HDR};${NM_ONEDNN_DIR};${NM_ONEDNN_DIR}/.."
+              COMPILE_DEFINITIONS -DNM_HAVE_DNNL OUTPUT_VARIABLE _dnnl_try_out)
+  set(CMAKE_TRY_COMPILE_TARGET_TYPE ${_dnnl_try_type})
+  if(NOT NM_DNNL_COMPILES)
+    message(STATUS "numallm: oneDNN ${NM_DNNL_VERSION} found, but kernels/onednn/onednn.c does not compile against it "
+                   "(see CMakeFiles/CMakeError.log); oneDNN matmul candidate not built")
+    set(NM_DNNL_LINK "")
+    set(_dnnl_said ON)
+  endif()
+endif()
+
+if(NM_DNNL_LINK)
   set(NM_HAVE_DNNL ON)
   add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn.c)
   target_compile_definitions(nm_onednn PRIVATE NM_HAVE_DNNL)
@@ -51,7 +70,9 @@ if(NM_DNNL_LINK)
                  "oneDNN matmul candidate built (kernels/onednn)")
 else()
   add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn_none.c)
-  if(NM_ONEDNN)
+  if(_dnnl_said)
+    # the reason is above
+  elseif(NM_ONEDNN)
     message(STATUS "numallm: oneDNN not found (launcher/setup.sh installs libdnnl-dev); oneDNN matmul candidate not built")
   else()
     message(STATUS "numallm: NM_ONEDNN=OFF; oneDNN matmul candidate not built")
