@@ -150,12 +150,8 @@ static void *wbuf_take(struct binder *b, size_t bytes) {
 
 static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor *t, const char *expected) {
     char got[96];
-    int n = snprintf(got, sizeof got, "{");
-    for (uint32_t d = 0; d < t->n_dims; d++)
-        n += snprintf(got + n, sizeof got - (size_t)n, "%s%lld", d ? ", " : "", (long long)t->ne[d]);
-    snprintf(got + n, sizeof got - (size_t)n, "}");
     return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s has shape %s; the configuration expects %s",
-                   b->f->path, t->name, got, expected);
+                   b->f->path, t->name, gguf_tensor_shape_str(t, got, sizeof got), expected);
 }
 
 /* A matmul weight {k, n} or, with n_expert > 0, {k, n, n_expert}. */
