@@ -88,8 +88,8 @@ void kern_act_quantize(struct pool *pool, struct act *x);
  * lanes are rows, so output row j's bits depend only on row j's bytes and the input, never on n,
  * on j's position in the slice or on the threads. m < kern_matmul_amx_min_m(type) (and any m
  * without AMX) runs the AVX-512 VNNI kernel, whose results for a row are the same bits for every m;
- * larger m with AMX-INT8 runs int8 tiles (TDPBSUD) with the same per-block f32
- * arithmetic (in the same order, so the same bits). F_PAIR16 with the VNNI path widens f16/bf16
+ * larger m with AMX-INT8 runs int8 tiles (TDPBSSD on signed codes: the same integer block sums)
+ * with the same per-block f32 arithmetic (in the same order, so the same bits). F_PAIR16 with the VNNI path widens f16/bf16
  * exactly to f32 and uses f32 FMA with f32 activations (as exact as the ROWS kernels); with
  * AMX-BF16 (m >= kern_matmul_amx_min_m) weights and activations are rounded to bf16 (F16 weights
  * lose 3 mantissa bits, activations 16) and products summed in f32 by TDPBF16PS: relative error
@@ -119,11 +119,11 @@ void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct a
 void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ldy);
 
 /* Smallest m that takes the AMX tile path for a packed weight of `type` (when the CPU has AMX
- * and the OS granted it), or INT_MAX where the tiles never won. Measured on the device Xeon
- * (tests/bench/RESULTS.md, "Kernels: packed layouts, AMX"; 4096x14336, 2 and 16 threads): bf16
- * tiles beat the VNNI/FMA kernel from m = 6-8 (F16/BF16: 8); int8 tiles, whose per-32-block f32
- * post-processing costs more than the TDPBSUD itself, only from m = 24-32 for Q4_0/Q4_1/Q4_K/
- * Q5_K (32), and never for Q8_0 and Q6_K (0.6-1.0x of VNNI at m = 512). */
+ * and the OS granted it), or INT_MAX for types without tiles. Measured on the device Xeon
+ * (tests/bench/RESULTS.md, "Kernels: packed layouts, AMX"; 4096x14336, 2 threads): the m from
+ * which the tiles won at every larger m: BF16 6, F16 12, Q6_K 12, Q4_0/Q4_1 16, Q8_0/Q4_K/Q5_K
+ * 32 (an int8 tile call costs the same for m = 17..32 as for 32). NM_AMX_MIN_M (environment)
+ * forces one value for every type, for measurements. */
 int kern_matmul_amx_min_m(enum dtype type);
 
 /* Which kernel family kern_matmul / kern_matmul_chunked_f64 use for packed layouts. AUTO is

@@ -119,7 +119,9 @@ void pk_gemm_ref(const struct pk_args *a) {
                         acc = unit_q(t, up, r, (const block_q8x *)act + (ucols / 32) * u, acc);
                     }
                 }
-                a->y[(int64_t)c * a->ldy + g * PK_ROWS + r] = fl ? acc + acc1 : acc;
+                const int64_t o = (int64_t)c * a->ldy + g * PK_ROWS + r;
+                if (a->yd) a->yd[o] += (double)(fl ? acc + acc1 : acc);
+                else a->y[o] = fl ? acc + acc1 : acc;
             }
         }
     }

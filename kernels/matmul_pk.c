@@ -24,14 +24,23 @@ bool kern_amx_available(void) {
 }
 
 int kern_matmul_amx_min_m(enum dtype type) {
-    switch (type) {
-    case DTYPE_F16:
-    case DTYPE_BF16: return 8;
+    static int forced = -2;
+    if (forced == -2) { /* NM_AMX_MIN_M: one switch point for every type, for measurements */
+        const char *e = getenv("NM_AMX_MIN_M");
+        forced = e ? atoi(e) : -1;
+    }
+    if (forced > 0) return forced;
+    switch (type) { /* tests/bench/RESULTS.md, "Kernels: packed layouts, AMX": the m from which the
+                      * tiles won at every larger m measured (4096x14336, 2 threads) */
+    case DTYPE_BF16: return 6;
+    case DTYPE_F16: return 12;
+    case DTYPE_Q6_K: return 12;
     case DTYPE_Q4_0:
-    case DTYPE_Q4_1:
+    case DTYPE_Q4_1: return 16;
+    case DTYPE_Q8_0:
     case DTYPE_Q4_K:
     case DTYPE_Q5_K: return 32;
-    default: return INT_MAX; /* Q8_0, Q6_K: the VNNI kernel measured faster at every m */
+    default: return INT_MAX;
     }
 }
 
@@ -105,8 +114,9 @@ static void pk_worker(void *ctx, int ith, int nth) {
         j->fn(&a);
         return;
     }
-    const int64_t tmp_ld = PK_CHUNK_GROUPS * PK_ROWS;
-    float *tmp = nm_alloc((size_t)j->m * (size_t)tmp_ld * sizeof(float), 64, "chunked matmul partials");
+    /* Chunked: each chunk's f32 partial is added in double by the kernel (pk_args.yd), per block
+     * of row groups so the block's weight bytes of every chunk are read while its outputs stay
+     * in cache. */
     for (long g0 = lo; g0 < hi; g0 += PK_CHUNK_GROUPS) {
         const long ng = NM_MIN((long)PK_CHUNK_GROUPS, hi - g0);
         const int64_t r0 = (int64_t)g0 * PK_ROWS, nr = NM_MIN(w->n - r0, (int64_t)ng * PK_ROWS);
@@ -116,14 +126,11 @@ static void pk_worker(void *ctx, int ith, int nth) {
             const int64_t u0 = ch->w0 / j->unit_cols, u1 = (ch->w1 + j->unit_cols - 1) / j->unit_cols;
             struct pk_args a = {.type = w->type, .w = wd + (size_t)g0 * j->group_stride + (size_t)u0 * j->unit_bytes,
                                 .group_stride = j->group_stride, .n_groups = ng, .n_units = u1 - u0,
-                                .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .y = tmp, .ldy = tmp_ld,
-                                .n_rows = nr};
+                                .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .yd = j->yd + r0,
+                                .ldy = j->ldy, .n_rows = nr};
             j->fn(&a);
-            for (int i = 0; i < j->m; i++)
-                for (int64_t r = 0; r < nr; r++) j->yd[i * j->ldy + r0 + r] += (double)tmp[i * tmp_ld + r];
         }
     }
-    nm_free(tmp);
 }
 
 /* Float activations to [m][kpad] f32 or bf16, zero-padded. */

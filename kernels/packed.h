@@ -97,8 +97,8 @@ static inline int64_t pk_groups(int64_t n) { return (n + PK_ROWS - 1) / PK_ROWS;
 
 /* One call of a packed kernel: n_groups consecutive row groups x n_units consecutive units
  * (a column range of whole units) x m activation rows. Kernels write y[c * ldy + r] for
- * c < m and r < n_rows (the rows of the groups that exist; the last group's padding rows are
- * never written) and read nothing outside the given units. Each output is the f32 sum over the
+ * c < m and r < n_rows (or add to yd[c * ldy + r]; the rows of the groups that exist; the last
+ * group's padding rows are never written) and read nothing outside the given units. Each output is the f32 sum over the
  * units, in order, starting from 0 (one per chunk for the chunked matmul). */
 struct pk_args {
     enum dtype type;
@@ -111,6 +111,8 @@ struct pk_args {
     size_t act_stride;   /* bytes between activation rows */
     int m;
     float *y;            /* output of activation row 0, the first group's row 0 */
+    double *yd;          /* instead of y when not NULL: yd[c * ldy + r] += (double)output (the
+                          * chunked matmul adds each chunk's f32 partial in double) */
     int64_t ldy;
     int64_t n_rows;      /* rows to write, <= 16 * n_groups */
 };

@@ -23,7 +23,7 @@ static inline void amx_ldtilecfg(const void *cfg) {
 #define TILE_ZERO(t) _tile_zero(t)
 #define TILE_LOAD(t, p, s) _tile_loadd(t, p, (long)(s))
 #define TILE_STORE(t, p, s) _tile_stored(t, p, (long)(s))
-#define TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define TILE_DPBF16PS(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TILE_RELEASE() _tile_release()
 #include "amx_body.h"

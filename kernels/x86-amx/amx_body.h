@@ -2,19 +2,23 @@
  * included twice: by amx.c with the real instructions (built with -mamx-tile -mamx-int8
  * -mamx-bf16) and by amx_emu.c with a plain-C emulation (so the tile algorithm is tested on
  * machines without AMX). The includer defines AMX_FN (the function's name), TILE_CFG(cfg),
- * TILE_ZERO(t), TILE_LOAD(t, p, stride), TILE_STORE(t, p, stride), TILE_DPBSUD(c, a, b),
+ * TILE_ZERO(t), TILE_LOAD(t, p, stride), TILE_STORE(t, p, stride), TILE_DPBSSD(c, a, b),
  * TILE_DPBF16PS(c, a, b).
  *
- * Int8 (block-quantized types). Per row group (16 weight rows, one B tile column each): the
- * group's codes are unpacked once into bytes in VNNI order (a sub-block = 8 lines of 64 bytes =
- * one B tile of K = 32; Q8_0's codes already are, and load in place) and its per-sub-block
- * scales into f32/int32 vectors. Then per pair of 16-row activation tiles and per sub-block:
- * A tiles load straight from the q8x rows (32 code bytes at stride act_stride), TDPBSUD
- * (signed activations x unsigned codes) gives the exact int32 block sums, and the post step
- * applies, per activation row, the same f32 operations as the VNNI kernel (x86-avx512/packed.c)
- * in the same order, so the results are the same bits. Q6_K's two 16-column scale groups per
- * sub-block use two half tiles (K = 16) with their own C tiles. Tiles: tmm0/1 A (two activation
- * tiles), tmm2 B, tmm4..7 C (activation tile x half).
+ * Int8 (block-quantized types). The f32 scaling per 32-column block (a q8x activation scale per
+ * row, a weight scale per column) is the cost, not the tile product, so the kernel is built
+ * around keeping the vector units busy while the tile unit works:
+ *   - a batch of row groups is unpacked once per call into L2-resident panels: signed codes in
+ *     B-tile order (Q4_0's q - 8, Q8_0's q, Q6_K's q - 32: TDPBSSD then gives the VNNI kernel's
+ *     integer sum including its offset term) and the scales as f32 vectors, ready to use;
+ *   - every activation tile (16 rows, loaded in place from the q8x rows) runs over every panel
+ *     of the batch with its 16 accumulators (16 output rows x 16 columns) in zmm registers;
+ *   - per block: TILELOADD A and B, TILEZERO, TDPBSSD, TILESTORED of C into a 1 KiB L1 buffer,
+ *     and the f32 step of the previous block (cvt, mul by d_a x d_w, fma: the same operations in
+ *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); A and B rotate
+ *     over three tile pairs and C over two, so loads run ahead of the products (amx_i8_dot).
+ * Q6_K's two 16-column scale groups per block use two half tiles (K = 16) with their own C
+ * tiles; its integer combination (two vpmulld) happens in the f32 step, as in the VNNI kernel.
  *
  * BF16 (F16/BF16 weights): A tiles of bf16 activations (16 rows x 32 columns), B = a unit's 16
  * pair lines (F16 converted to bf16 once per group), C accumulates f32 over all of K in the
@@ -22,6 +26,7 @@
  *
  * Activation rows past m in the last tile come from a zero-padded copy (never read out of
  * bounds); rows past n are never stored. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../base.h"
@@ -43,35 +48,48 @@ static void amx_cfg_set(struct amx_tilecfg *c, int t, int rows, int colsb) {
     c->colsb[t] = (uint16_t)colsb;
 }
 
-/* Per-thread scratch (grows; freed at thread exit through nm_scratch's key). */
-#define AMX_SCRATCH_ALIGN 64
+static void *amx_scratch(size_t bytes) { return nm_scratch(bytes); }
 
-/* Post-processing parameters of one sub-block of a group (see the VNNI kernel). */
-struct amx_post {
-    float sc[16];   /* scale per row: d (Q4_0/Q4_1/Q8_0), d * sc (K-quants), d (Q6_K) */
-    float mn[16];   /* Q4_1: m; Q4_K/Q5_K: dmin * mn */
-    int32_t s0[16]; /* Q6_K: int8 scales of the two 16-column groups */
-    int32_t s1[16];
-};
+/* ---- int8 tiles --------------------------------------------------------------------------
+ * The panel of a row group: per (sub-)block of 32 columns, PANEL_B = 512 bytes of signed codes
+ * in B-tile order (8 lines of 64 bytes: line q = quad q of the 16 rows; Q6_K: lines 0-3 are the
+ * first 16 columns, lines 4-7 the last 16) followed by amx_np(t) vectors of 16 lanes:
+ *   Q4_0, Q8_0: sc = d                      (f32)
+ *   Q4_1:       sc = d, mn = m              (f32, f32)
+ *   Q4_K, Q5_K: sc = d * sc_s, mn = dmin * mn_s (f32, f32: the VNNI kernel's products)
+ *   Q6_K:       sc = d, s0, s1 (int32: the int8 scales of the two 16-column groups)
+ * Signed codes (Q4_0: q - 8, Q8_0: q, Q6_K: q - 32; the others as they are) make TDPBSSD's
+ * int32 equal to the VNNI kernel's integer sum including its offset term, so no per-row offset
+ * correction is left for the f32 step. */
+#define AMX_PANEL_B 512
+/* Bytes of row-group panels unpacked at once: with one activation tile's rows they stay in L2. */
+#define AMX_PANEL_BUDGET (384 * 1024)
 
+static inline int amx_np(enum dtype t) {
+    return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 ? 1 : t == DTYPE_Q6_K ? 3 : 2;
+}
 static inline __m512 amx_h16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline __m512 amx_u8f(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
-/* Unpack the codes of one sub-block (8 lines) of type t into 512 bytes at dst, and its post
- * parameters. u: the unit; s: the sub-block in it. */
-static void amx_unpack_sub(enum dtype t, const uint8_t *u, int s, uint8_t *dst, struct amx_post *pp) {
+/* Sub-block s of unit u (type t) into the panel entry at dst (PANEL_B + 64 * amx_np(t) bytes). */
+NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8_t *dst) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    float *prm = (float *)(dst + AMX_PANEL_B);
     switch (t) {
     case DTYPE_Q4_0:
     case DTYPE_Q4_1:
     case DTYPE_Q4_K:
     case DTYPE_Q5_K: {
         const uint8_t *p = u + 256 * s;
-        for (int j = 0; j < 4; j++) {
+        NM_UNROLL for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_loadu_si512(p + 64 * j);
             __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            if (t == DTYPE_Q4_0) {
+                lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(8));
+                hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(8));
+            }
             if (t == DTYPE_Q5_K) {
                 uint64_t k0, k1;
                 memcpy(&k0, u + PK_K5_HI + 64 * s + 8 * (2 * j), 8);
@@ -83,79 +101,73 @@ static void amx_unpack_sub(enum dtype t, const uint8_t *u, int s, uint8_t *dst, 
             _mm512_store_si512(dst + 128 * j + 64, hi);
         }
         if (t == DTYPE_Q4_0 || t == DTYPE_Q4_1) {
-            _mm512_store_ps(pp->sc, amx_h16(u + PK_Q4_0_D));
-            if (t == DTYPE_Q4_1) _mm512_store_ps(pp->mn, amx_h16(u + PK_Q4_1_M));
+            _mm512_store_ps(prm, amx_h16(u + PK_Q4_0_D));
+            if (t == DTYPE_Q4_1) _mm512_store_ps(prm + 16, amx_h16(u + PK_Q4_1_M));
         } else {
             const int five = t == DTYPE_Q5_K;
             const __m512 d = amx_h16(u + (five ? PK_K5_D : PK_K4_D)), dmin = amx_h16(u + (five ? PK_K5_DMIN : PK_K4_DMIN));
-            _mm512_store_ps(pp->sc, _mm512_mul_ps(amx_u8f(u + (five ? PK_K5_SC : PK_K4_SC) + 16 * s), d));
-            _mm512_store_ps(pp->mn, _mm512_mul_ps(amx_u8f(u + (five ? PK_K5_MN : PK_K4_MN) + 16 * s), dmin));
+            _mm512_store_ps(prm, _mm512_mul_ps(amx_u8f(u + (five ? PK_K5_SC : PK_K4_SC) + 16 * s), d));
+            _mm512_store_ps(prm + 16, _mm512_mul_ps(amx_u8f(u + (five ? PK_K5_MN : PK_K4_MN) + 16 * s), dmin));
         }
         break;
     }
     case DTYPE_Q8_0:
-        memcpy(dst, u, 512);
-        _mm512_store_ps(pp->sc, amx_h16(u + PK_Q8_0_D));
+        NM_UNROLL for (int q = 0; q < 8; q++)
+            _mm512_store_si512(dst + 64 * q,
+                               _mm512_xor_si512(_mm512_loadu_si512(u + 64 * q), _mm512_set1_epi8((char)0x80)));
+        _mm512_store_ps(prm, amx_h16(u + PK_Q8_0_D));
         break;
     case DTYPE_Q6_K: {
         const uint8_t *sub = u + PK_K6_SUB * s;
-        const __m512i m3 = _mm512_set1_epi8(0x03), mc = _mm512_set1_epi8(0x0C);
-        for (int j = 0; j < 4; j++) {
+        const __m512i m3 = _mm512_set1_epi8(0x03), mc = _mm512_set1_epi8(0x0C), c32 = _mm512_set1_epi8(32);
+        NM_UNROLL for (int j = 0; j < 4; j++) {
             const __m512i v = _mm512_loadu_si512(sub + 64 * j);
             const __m256i h32 = _mm256_loadu_si256((const __m256i *)(sub + 256 + 32 * j));
             const __m512i h =
                 _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(h32), _mm256_srli_epi16(h32, 4), 1), m4);
-            _mm512_store_si512(dst + 128 * j,
-                               _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4)));
-            _mm512_store_si512(dst + 128 * j + 64, _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
-                                                                   _mm512_slli_epi16(_mm512_and_si512(h, mc), 2)));
+            const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_slli_epi16(_mm512_and_si512(h, m3), 4));
+            const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                                               _mm512_slli_epi16(_mm512_and_si512(h, mc), 2));
+            _mm512_store_si512(dst + 128 * j, _mm512_sub_epi8(lo, c32));
+            _mm512_store_si512(dst + 128 * j + 64, _mm512_sub_epi8(hi, c32));
         }
-        _mm512_store_ps(pp->sc, amx_h16(u + PK_K6_D));
-        _mm512_store_si512(pp->s0, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s))));
-        _mm512_store_si512(pp->s1, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16))));
+        _mm512_store_ps(prm, amx_h16(u + PK_K6_D));
+        _mm512_store_si512(prm + 16, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s))));
+        _mm512_store_si512(prm + 32,
+                           _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16))));
         break;
     }
     default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
     }
 }
 
-/* Sum of the first 16 codes of a q8x block. */
-static inline int32_t amx_lo16(const block_q8x *a) {
-    int32_t s = 0;
-    for (int i = 0; i < 16; i++) s += a->qs[i];
-    return s;
-}
-
-/* Apply one sub-block's int32 results (C tiles stored at c0 [and c1 for Q6_K's second half],
- * 16 rows x 16 int32) for 16 activation rows (their q8x block b at ab, stride as) to acc. */
-static inline void amx_post_rows(enum dtype t, const int32_t *c0, const int32_t *c1, const struct amx_post *pp,
-                                 const uint8_t *ab, size_t as, int rows, __m512 *acc) {
-    const __m512 sc = _mm512_load_ps(pp->sc);
-    for (int r = 0; r < rows; r++) {
+/* The f32 step of one block for 16 activation rows: c0 (and Q6_K's c1) the stored C tile(s),
+ * 16 x 16 int32; prm the panel entry's vectors; ab the rows' q8x block (row r at ab + r * as).
+ * Per row the same operations, in the same order, as the VNNI kernel (x86-avx512/packed.c). */
+NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm,
+                        const uint8_t *ab, size_t as, __m512 *acc) {
+    const __m512 sc = _mm512_load_ps(prm);
+    NM_UNROLL for (int r = 0; r < 16; r++) {
         const block_q8x *a = (const block_q8x *)(ab + (size_t)r * as);
         const __m512i ci = _mm512_load_si512(c0 + 16 * r);
         switch (t) {
         case DTYPE_Q4_0:
-        case DTYPE_Q8_0: {
-            const __m512i s = _mm512_add_epi32(_mm512_set1_epi32((t == DTYPE_Q4_0 ? -8 : -128) * a->isum), ci);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
+        case DTYPE_Q8_0:
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
             break;
-        }
         case DTYPE_Q4_1:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(pp->mn), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
             break;
         case DTYPE_Q4_K:
         case DTYPE_Q5_K:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
-            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(pp->mn), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
             break;
         case DTYPE_Q6_K: {
-            const int32_t lo = amx_lo16(a);
-            const __m512i g0 = _mm512_add_epi32(_mm512_set1_epi32(-32 * lo), ci);
-            const __m512i g1 = _mm512_add_epi32(_mm512_set1_epi32(-32 * (a->isum - lo)), _mm512_load_si512(c1 + 16 * r));
-            const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(g0, _mm512_load_si512(pp->s0)),
-                                               _mm512_mullo_epi32(g1, _mm512_load_si512(pp->s1)));
+            const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(ci, _mm512_load_si512(prm + 16)),
+                                               _mm512_mullo_epi32(_mm512_load_si512(c1 + 16 * r),
+                                                                  _mm512_load_si512(prm + 32)));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
             break;
         }
@@ -164,88 +176,193 @@ static inline void amx_post_rows(enum dtype t, const int32_t *c0, const int32_t 
     }
 }
 
-static void *amx_scratch(size_t bytes) { return nm_scratch(bytes); }
+/* The order of the tile instructions: iteration b issues
+ *   L(b + 2)  TILELOADD A and B of block b + 2 into tile set (b + 2) % 3 (A 0/1/2, B 3/4/5)
+ *   T(b + 1)  TILEZERO + TDPBSSD of block b + 1 into C tile (b + 1) % 2 (6/7)
+ *   P(b - 1)  the f32 step of block b - 1 from C buffer (b - 1) % 2
+ *   S(b)      TILESTORED of block b's C into buffer b % 2
+ * so every product has its operands loaded an iteration ahead and every store's product was
+ * issued an iteration earlier. On the device Xeon this measured the same as the plain order
+ * (store right after the product, the f32 step two blocks behind: 1.56 vs 1.59 int8 TOP/s, Q4_0,
+ * 2 threads); the kernel is bound by the f32 step and the tile stores/loads, not by the order. */
 
-static void AMX_FN_INT8(const struct pk_args *a) {
-    const enum dtype t = a->type;
+/* One activation tile (16 rows, codes of block b at ab + 40 b + 8, rows as bytes apart) times
+ * one row group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K:
+ * per block two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block
+ * ahead. */
+NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, const uint8_t *pnl, size_t ps, int64_t nb,
+                          int32_t *cb, __m512 *acc) {
+    const uint8_t *ac = ab + 8; /* block_q8x.qs */
+    const long st = (long)as;
+#define AMX_A(b) (ac + (size_t)(b) * sizeof(block_q8x))
+#define AMX_B(b) (pnl + (size_t)(b) * ps)
+#define AMX_POST2(b, cbi)                                                                                   \
+    amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B),              \
+             ab + (size_t)(b) * sizeof(block_q8x), as, acc)
+    if (t == DTYPE_Q6_K) {
+#define AMX_Q6_L(b)                                                                                         \
+    do {                                                                                                    \
+        TILE_LOAD(0, AMX_A(b), st);                                                                         \
+        TILE_LOAD(2, AMX_B(b), 64);                                                                         \
+        TILE_LOAD(1, AMX_A(b) + 16, st);                                                                    \
+        TILE_LOAD(3, AMX_B(b) + 256, 64);                                                                   \
+    } while (0)
+#define AMX_Q6_T(C0, C1)                                                                                    \
+    do {                                                                                                    \
+        TILE_ZERO(C0);                                                                                      \
+        TILE_DPBSSD(C0, 0, 2);                                                                              \
+        TILE_ZERO(C1);                                                                                      \
+        TILE_DPBSSD(C1, 1, 3);                                                                              \
+    } while (0)
+#define AMX_Q6_POST(b)                                                                                      \
+    amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256,                                           \
+             (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), ab + (size_t)(b) * sizeof(block_q8x), as, acc)
+        AMX_Q6_L(0);
+        for (int64_t b = 0; b < nb; b++) {
+            if (b & 1) AMX_Q6_T(6, 7);
+            else AMX_Q6_T(4, 5);
+            if (b + 1 < nb) AMX_Q6_L(b + 1);
+            if (b >= 1) AMX_Q6_POST(b - 1);
+            if (b & 1) {
+                TILE_STORE(6, cb + 512, 64);
+                TILE_STORE(7, cb + 768, 64);
+            } else {
+                TILE_STORE(4, cb, 64);
+                TILE_STORE(5, cb + 256, 64);
+            }
+        }
+        AMX_Q6_POST(nb - 1);
+        return;
+    }
+#define AMX_L(SA, SB, b)                                                                                    \
+    do {                                                                                                    \
+        TILE_LOAD(SA, AMX_A(b), st);                                                                        \
+        TILE_LOAD(SB, AMX_B(b), 64);                                                                        \
+    } while (0)
+#define AMX_T(SA, SB, C)                                                                                    \
+    do {                                                                                                    \
+        TILE_ZERO(C);                                                                                       \
+        TILE_DPBSSD(C, SA, SB);                                                                             \
+    } while (0)
+    AMX_L(0, 3, 0);
+    if (nb > 1) AMX_L(1, 4, 1);
+    AMX_T(0, 3, 6);
+    for (int64_t b = 0; b < nb; b++) {
+        if (b + 2 < nb) switch ((b + 2) % 3) {
+            case 0: AMX_L(0, 3, b + 2); break;
+            case 1: AMX_L(1, 4, b + 2); break;
+            default: AMX_L(2, 5, b + 2); break;
+            }
+        if (b + 1 < nb) switch ((b + 1) % 6) {
+            case 0: AMX_T(0, 3, 6); break;
+            case 1: AMX_T(1, 4, 7); break;
+            case 2: AMX_T(2, 5, 6); break;
+            case 3: AMX_T(0, 3, 7); break;
+            case 4: AMX_T(1, 4, 6); break;
+            default: AMX_T(2, 5, 7); break;
+            }
+        if (b >= 1) AMX_POST2(b - 1, (b - 1) & 1);
+        if (b & 1) TILE_STORE(7, cb + 256, 64);
+        else TILE_STORE(6, cb, 64);
+    }
+    AMX_POST2(nb - 1, (nb - 1) & 1);
+#undef AMX_A
+#undef AMX_B
+#undef AMX_POST2
+#undef AMX_Q6_L
+#undef AMX_Q6_T
+#undef AMX_Q6_POST
+#undef AMX_L
+#undef AMX_T
+}
+
+/* Int8 tiles for one type: for each batch of row groups whose panels fit AMX_PANEL_BUDGET, the
+ * panels are unpacked once; then every activation tile (16 rows) runs over every panel of the
+ * batch, one tile product per block, the f32 step trailing (amx_i8_dot). The activation rows of
+ * a tile are read in place (TILELOADD with the q8x row stride); a last partial tile comes from a
+ * zero-padded copy. */
+NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     const int q6 = t == DTYPE_Q6_K;
     const int ublk = pk_unit_cols(t) / 32;
-    const int64_t nsub = a->n_units * ublk;
+    const int64_t nb = a->n_units * ublk;
     const size_t ub = pk_unit_bytes(t);
-    const int m = a->m;
-    /* scratch: B codes [nsub][512], post params [nsub], C [4][16][16] int32, tail A copy */
-    const size_t b_bytes = (size_t)nsub * 512, p_bytes = (size_t)nsub * sizeof(struct amx_post);
-    const size_t tail_stride = (size_t)nsub * sizeof(block_q8x);
-    uint8_t *scr = amx_scratch(b_bytes + p_bytes + 4096 + 16 * tail_stride + 64);
-    uint8_t *bbuf = scr;
-    struct amx_post *post = (struct amx_post *)(scr + b_bytes);
-    int32_t *cbuf = (int32_t *)(scr + b_bytes + p_bytes);
-    uint8_t *tail = scr + b_bytes + p_bytes + 4096;
+    const size_t ps = AMX_PANEL_B + 64 * (size_t)amx_np(t), panel = (size_t)nb * ps;
+    const int64_t gbatch = NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
+    const int m = a->m, tail_rows = m % 16;
+    const size_t tail_stride = (size_t)nb * sizeof(block_q8x);
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + (tail_rows ? 16 * tail_stride : 0) + 64);
+    uint8_t *pnl = scr;
+    int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel);
+    uint8_t *tail = scr + (size_t)gbatch * panel + 4096;
+    if (tail_rows) {
+        memset(tail, 0, 16 * tail_stride);
+        for (int r = 0; r < tail_rows; r++)
+            memcpy(tail + (size_t)r * tail_stride, a->act + (size_t)(m - tail_rows + r) * a->act_stride, tail_stride);
+    }
 
     struct amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    const int kb = q6 ? 16 : 32; /* A tile bytes per row (K per TDPBSUD) */
-    amx_cfg_set(&cfg, 0, 16, kb);
-    amx_cfg_set(&cfg, 1, 16, kb);
-    amx_cfg_set(&cfg, 2, kb / 4, 64);
-    for (int i = 4; i < 8; i++) amx_cfg_set(&cfg, i, 16, 64);
+    if (q6) { /* A 0/1 (K = 16), B 2/3, C 4..7 */
+        amx_cfg_set(&cfg, 0, 16, 16);
+        amx_cfg_set(&cfg, 1, 16, 16);
+        amx_cfg_set(&cfg, 2, 4, 64);
+        amx_cfg_set(&cfg, 3, 4, 64);
+        for (int i = 4; i < 8; i++) amx_cfg_set(&cfg, i, 16, 64);
+    } else { /* A 0/1/2 (K = 32), B 3/4/5, C 6/7 */
+        for (int i = 0; i < 3; i++) {
+            amx_cfg_set(&cfg, i, 16, 32);
+            amx_cfg_set(&cfg, i + 3, 8, 64);
+        }
+        amx_cfg_set(&cfg, 6, 16, 64);
+        amx_cfg_set(&cfg, 7, 16, 64);
+    }
     TILE_CFG(&cfg);
 
-    for (int64_t g = 0; g < a->n_groups; g++) {
-        const uint8_t *wg = a->w + (size_t)g * a->group_stride;
-        for (int64_t u = 0; u < a->n_units; u++)
-            for (int s = 0; s < ublk; s++)
-                amx_unpack_sub(t, wg + (size_t)u * ub, s, bbuf + (size_t)(u * ublk + s) * 512, &post[u * ublk + s]);
-        const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
-        const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
-        for (int m0 = 0; m0 < m; m0 += 32) {
-            /* activation tiles: rows [m0, m0 + 16) and [m0 + 16, m0 + 32) */
-            const int mt = m - m0 > 16 ? 2 : 1;
-            const uint8_t *abase[2];
-            size_t astr[2];
-            int arows[2];
-            for (int i = 0; i < mt; i++) {
-                const int r0 = m0 + 16 * i, nr = NM_MIN(16, m - r0);
-                arows[i] = nr;
-                if (nr == 16) {
-                    abase[i] = a->act + (size_t)r0 * a->act_stride;
-                    astr[i] = a->act_stride;
-                } else {
-                    memset(tail, 0, 16 * tail_stride);
-                    for (int r = 0; r < nr; r++)
-                        memcpy(tail + (size_t)r * tail_stride, a->act + (size_t)(r0 + r) * a->act_stride, tail_stride);
-                    abase[i] = tail;
-                    astr[i] = tail_stride;
-                }
-            }
-            __m512 acc[2][16];
-            for (int i = 0; i < 2; i++)
-                for (int r = 0; r < 16; r++) acc[i][r] = _mm512_setzero_ps();
-            for (int64_t sb = 0; sb < nsub; sb++) {
-                const uint8_t *bt = bbuf + (size_t)sb * 512;
-                for (int h = 0; h <= q6; h++) {
-                    const size_t aoff = (size_t)sb * sizeof(block_q8x) + 8 + 16 * (size_t)h;
-                    TILE_LOAD(2, bt + 256 * h, 64);
-                    TILE_LOAD(0, abase[0] + aoff, astr[0]);
-                    TILE_ZERO(4);
-                    TILE_DPBSUD(4, 0, 2);
-                    TILE_STORE(4, cbuf + 256 * (2 * 0 + h), 64);
-                    if (mt == 2) {
-                        TILE_LOAD(1, abase[1] + aoff, astr[1]);
-                        TILE_ZERO(5);
-                        TILE_DPBSUD(5, 1, 2);
-                        TILE_STORE(5, cbuf + 256 * (2 * 1 + h), 64);
-                    }
-                }
-                for (int i = 0; i < mt; i++)
-                    amx_post_rows(t, cbuf + 256 * (2 * i), cbuf + 256 * (2 * i + 1), &post[sb],
-                                  abase[i] + (size_t)sb * sizeof(block_q8x), astr[i], arows[i], acc[i]);
-            }
-            for (int i = 0; i < mt; i++)
-                for (int r = 0; r < arows[i]; r++)
-                    _mm512_mask_storeu_ps(a->y + (int64_t)(m0 + 16 * i + r) * a->ldy + g * PK_ROWS, rm, acc[i][r]);
+    for (int64_t g0 = 0; g0 < a->n_groups; g0 += gbatch) {
+        const int64_t ng = NM_MIN(gbatch, a->n_groups - g0);
+        for (int64_t j = 0; j < ng; j++) {
+            const uint8_t *wg = a->w + (size_t)(g0 + j) * a->group_stride;
+            for (int64_t u = 0; u < a->n_units; u++)
+                for (int s = 0; s < ublk; s++)
+                    amx_unpack_blk(t, wg + (size_t)u * ub, s, pnl + (size_t)j * panel + (size_t)(u * ublk + s) * ps);
         }
+        for (int m0 = 0; m0 < m; m0 += 16) {
+            const int rows = NM_MIN(16, m - m0);
+            const uint8_t *ab = rows == 16 ? a->act + (size_t)m0 * a->act_stride : tail;
+            const size_t as = rows == 16 ? a->act_stride : tail_stride;
+            for (int64_t j = 0; j < ng; j++) {
+                __m512 acc[16];
+                NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+                amx_i8_dot(t, ab, as, pnl + (size_t)j * panel, ps, nb, cb, acc);
+                const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+                const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
+                NM_UNROLL for (int r = 0; r < 16; r++)
+                    if (r < rows) {
+                        const int64_t o = (int64_t)(m0 + r) * a->ldy + g * PK_ROWS;
+                        nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm, acc[r]);
+                    }
+            }
+        }
+    }
+}
+
+static void amx_i8_q4_0(const struct pk_args *a) { amx_i8(DTYPE_Q4_0, a); }
+static void amx_i8_q4_1(const struct pk_args *a) { amx_i8(DTYPE_Q4_1, a); }
+static void amx_i8_q8_0(const struct pk_args *a) { amx_i8(DTYPE_Q8_0, a); }
+static void amx_i8_q4_k(const struct pk_args *a) { amx_i8(DTYPE_Q4_K, a); }
+static void amx_i8_q5_k(const struct pk_args *a) { amx_i8(DTYPE_Q5_K, a); }
+static void amx_i8_q6_k(const struct pk_args *a) { amx_i8(DTYPE_Q6_K, a); }
+
+static void AMX_FN_INT8(const struct pk_args *a) {
+    switch (a->type) {
+    case DTYPE_Q4_0: amx_i8_q4_0(a); break;
+    case DTYPE_Q4_1: amx_i8_q4_1(a); break;
+    case DTYPE_Q8_0: amx_i8_q8_0(a); break;
+    case DTYPE_Q4_K: amx_i8_q4_k(a); break;
+    case DTYPE_Q5_K: amx_i8_q5_k(a); break;
+    case DTYPE_Q6_K: amx_i8_q6_k(a); break;
+    default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
     }
 }
 
@@ -335,9 +452,11 @@ static void AMX_FN_BF16(const struct pk_args *a) {
                 for (int j = 0; j < ng; j++) {
                     const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - (g0 + j) * PK_ROWS);
                     const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
-                    for (int r = 0; r < arows[i]; r++)
-                        _mm512_mask_storeu_ps(a->y + (int64_t)(m0 + 16 * i + r) * a->ldy + (g0 + j) * PK_ROWS, rm,
-                                              _mm512_load_ps(cbuf + 256 * (2 * i + j) + 16 * r));
+                    for (int r = 0; r < arows[i]; r++) {
+                        const int64_t o = (int64_t)(m0 + 16 * i + r) * a->ldy + (g0 + j) * PK_ROWS;
+                        nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm,
+                                      _mm512_load_ps(cbuf + 256 * (2 * i + j) + 16 * r));
+                    }
                 }
         }
     }

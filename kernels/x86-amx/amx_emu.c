@@ -1,6 +1,6 @@
 /* The AMX tile kernels (amx_body.h) over a plain-C emulation of the tile registers and
  * instructions (the semantics of Intel's pseudocode for LDTILECFG, TILELOADD, TILESTORED,
- * TILEZERO, TDPBSUD, TDPBF16PS; bf16 denormals are not flushed). Built with the AVX-512 flags
+ * TILEZERO, TDPBSSD, TDPBF16PS; bf16 denormals are not flushed). Built with the AVX-512 flags
  * only: it lets the tile algorithm (tiling, tails, post-processing) be tested on CPUs without
  * AMX (test_kernels_amx, KERN_PATH_AMX_EMU). Slow; never chosen by KERN_PATH_AUTO. */
 #include <immintrin.h>
@@ -35,7 +35,7 @@ static void emu_load(int t, const void *p, size_t stride) {
 static void emu_store(int t, void *p, size_t stride) {
     for (int r = 0; r < g_tiles.rows[t]; r++) memcpy((uint8_t *)p + (size_t)r * stride, g_tiles.d[t][r], g_tiles.colsb[t]);
 }
-static void emu_dpbsud(int c, int a, int b) {
+static void emu_dpbssd(int c, int a, int b) {
     NM_ASSERT(g_tiles.colsb[a] / 4 == g_tiles.rows[b] && g_tiles.rows[c] == g_tiles.rows[a] &&
               g_tiles.colsb[c] == g_tiles.colsb[b]);
     for (int m = 0; m < g_tiles.rows[c]; m++)
@@ -44,7 +44,7 @@ static void emu_dpbsud(int c, int a, int b) {
             memcpy(&acc, &g_tiles.d[c][m][4 * n], 4);
             for (int k = 0; k < g_tiles.colsb[a] / 4; k++)
                 for (int i = 0; i < 4; i++)
-                    acc += (int32_t)(int8_t)g_tiles.d[a][m][4 * k + i] * (int32_t)g_tiles.d[b][k][4 * n + i];
+                    acc += (int32_t)(int8_t)g_tiles.d[a][m][4 * k + i] * (int32_t)(int8_t)g_tiles.d[b][k][4 * n + i];
             memcpy(&g_tiles.d[c][m][4 * n], &acc, 4);
         }
 }
@@ -75,7 +75,7 @@ static void emu_dpbf16ps(int c, int a, int b) {
 #define TILE_ZERO(t) emu_zero(t)
 #define TILE_LOAD(t, p, s) emu_load(t, p, s)
 #define TILE_STORE(t, p, s) emu_store(t, p, s)
-#define TILE_DPBSUD(c, a, b) emu_dpbsud(c, a, b)
+#define TILE_DPBSSD(c, a, b) emu_dpbssd(c, a, b)
 #define TILE_DPBF16PS(c, a, b) emu_dpbf16ps(c, a, b)
 #define TILE_RELEASE() ((void)0)
 #include "amx_body.h"

@@ -23,15 +23,35 @@
 
 /* Software prefetch distance (bytes ahead in the group stream, 0 = none), from NM_PK_PREFETCH
  * or the default. */
-#define PK_PREFETCH_DEFAULT 2048 /* device Xeon, 4096x14336: 2048 best with 16 threads (96-99% of stream), 80-85% with 2 (1024: 74-79%; 0: 54-70%) */
-static int g_pf = -1;
+#define PK_PREFETCH_DEFAULT 2048 /* device Xeon, 4096x14336: 2048 gave 84-90% of stream with 2 threads, 92-97% with 16
+                                 * (RESULTS.md); 4096/8192 and the T1 hint measured within the run-to-run noise
+                                 * (+-10%), 8192 once 69% for f16 */
+static int g_pf = -1, g_pf_hint = 0;
 static int pk_prefetch_bytes(void) {
     if (g_pf < 0) {
         const char *e = getenv("NM_PK_PREFETCH");
         g_pf = e ? atoi(e) : PK_PREFETCH_DEFAULT;
         if (g_pf < 0) g_pf = 0;
+        /* NM_PK_PF_HINT: 0 = T0 (to L1, the default), 1 = T1 (to L2), 2 = NTA; for experiments */
+        e = getenv("NM_PK_PF_HINT");
+        g_pf_hint = e ? atoi(e) : 0;
     }
     return g_pf;
+}
+
+/* Prefetch the `bytes` bytes at p with the hint chosen above. */
+NM_INLINE void pk_prefetch(const uint8_t *p, size_t bytes) {
+    switch (g_pf_hint) {
+    case 1:
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T1);
+        break;
+    case 2:
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_NTA);
+        break;
+    default:
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+        break;
+    }
 }
 
 NM_INLINE __m512i bq(const block_q8x *a, int q) { /* activation quad q, broadcast */
@@ -194,7 +214,7 @@ static const int32_t k_even_idx[16] __attribute__((aligned(64))) = {0, 2, 4, 6, 
 static const int32_t k_odd_idx[16] __attribute__((aligned(64))) = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
 
 NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int64_t nu, const uint8_t *act,
-                        size_t as, float *y, int64_t ldy, __mmask16 rows, int pf) {
+                        size_t as, float *y, double *yd, int64_t ldy, __mmask16 rows, int pf) {
     const size_t ub = pk_unit_bytes(t);
     const int ublk = pk_unit_cols(t) / 32;
     const int fl = t == DTYPE_F16 || t == DTYPE_BF16;
@@ -202,8 +222,7 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
     NM_UNROLL for (int c = 0; c < C; c++) acc[c] = acc1[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *up = wg + (size_t)u * ub;
-        if (C == 1 && pf > 0)
-            for (size_t o = 0; o < ub; o += 64) _mm_prefetch((const char *)up + pf + o, _MM_HINT_T0);
+        if (C == 1 && pf > 0) pk_prefetch(up + pf, ub);
         if (fl) unit_f(t, C, up, act, as, 32 * u, acc, acc1);
         else unit_q(t, C, up, act, as, ublk * u, acc);
     }
@@ -213,16 +232,16 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
         if (t == DTYPE_F16)
             r = _mm512_add_ps(_mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_even_idx), acc1[c]),
                               _mm512_permutex2var_ps(acc[c], _mm512_load_si512(k_odd_idx), acc1[c]));
-        _mm512_mask_storeu_ps(y + c * ldy, rows, r);
+        nm_store_rows(y + c * ldy, yd ? yd + c * ldy : NULL, rows, r);
     }
 }
 
-typedef void (*pk_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, int64_t ldy,
-                            __mmask16 rows, int pf);
+typedef void (*pk_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,
+                            int64_t ldy, __mmask16 rows, int pf);
 #define PK_INST(T, C)                                                                                      \
     static void pk_group_##T##_##C(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, \
-                                   int64_t ldy, __mmask16 rows, int pf) {                                  \
-        pk_group(DTYPE_##T, C, wg, nu, act, as, y, ldy, rows, pf);                                         \
+                                   double *yd, int64_t ldy, __mmask16 rows, int pf) {                      \
+        pk_group(DTYPE_##T, C, wg, nu, act, as, y, yd, ldy, rows, pf);                                     \
     }
 #define PK_INST4(T) PK_INST(T, 1) PK_INST(T, 2) PK_INST(T, 3) PK_INST(T, 4)
 PK_INST4(Q4_0)
@@ -249,8 +268,9 @@ static void pk_gemm_avx512(const struct pk_args *a) {
         const uint8_t *wg = a->w + (size_t)g * a->group_stride;
         for (int c0 = 0; c0 < a->m; c0 += 4) {
             const int cc = NM_MIN(4, a->m - c0);
-            fns[cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride,
-                    a->y + (int64_t)c0 * a->ldy + g * PK_ROWS, a->ldy, rm, pf);
+            const int64_t o = (int64_t)c0 * a->ldy + g * PK_ROWS;
+            fns[cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride, a->yd ? NULL : a->y + o,
+                    a->yd ? a->yd + o : NULL, a->ldy, rm, pf);
         }
     }
 }

@@ -36,6 +36,20 @@ NM_INLINE void nm_prefetch(const void *p, int bytes) {
     _mm_prefetch(c + bytes - 1, NM_PF_HINT);
 }
 
+/* Store the lanes of v selected by m at y, or (yd not NULL) add them, widened to double, to yd
+ * (the packed kernels' output step, packed.h). */
+NM_INLINE void nm_store_rows(float *y, double *yd, __mmask16 m, __m512 v) {
+    if (!yd) {
+        _mm512_mask_storeu_ps(y, m, v);
+        return;
+    }
+    const __mmask8 m0 = (__mmask8)(m & 0xFF), m1 = (__mmask8)(m >> 8);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    _mm512_mask_storeu_pd(yd, m0, _mm512_add_pd(_mm512_maskz_loadu_pd(m0, yd), lo));
+    _mm512_mask_storeu_pd(yd + 8, m1, _mm512_add_pd(_mm512_maskz_loadu_pd(m1, yd + 8), hi));
+}
+
 /* Sum of the 16 float lanes. */
 NM_INLINE float hsum_ps(__m512 v) {
     __m256 s = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));

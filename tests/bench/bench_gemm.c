@@ -7,11 +7,13 @@
  *    (2 m n k per call) and % of the AMX peak, which is assumed to be, per core per cycle, 2048
  *    int8 ops (TDPBSUD: 16x16x64 MACs in 16 cycles) or 1024 bf16 flops (TDPBF16PS: 16x16x32 in
  *    16 cycles), times the cores used and the clock measured here (a chain of dependent adds).
- *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x), for Q4_0 and
- *    BF16 on the largest shape: the m from which the tiles win.
+ *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x), per type on
+ *    4096x14336: the m from which the tiles win.
+ *  - with -c C: the same m = 512 GEMM through kern_matmul_chunked_f64 with chunks of C columns
+ *    (the row-parallel matmuls attn_output / ffn_down always run that way, SHARD_FF_CHUNK = 256).
  * Median of -r repetitions after one warm-up. Threads bound to cpus 0..t-1.
  *
- *   bench_gemm [-t 2,16] [-T q4_0,...] [-S KxN,...] [-r reps] [-m 512] [-x 0|1] */
+ *   bench_gemm [-t 2,16] [-T q4_0,...] [-S KxN,...] [-r reps] [-m 512] [-x 0|1] [-c cols] */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +31,8 @@ double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *l
 
 static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
                                      DTYPE_BF16, DTYPE_F16,  DTYPE_Q4_1, DTYPE_Q5_K};
-static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}};
+static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}, {4864, 896}, {896, 896}, {896, 128}};
+#define SWEEP_SHAPE 2 /* 4096x14336 */
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
 static uint64_t g_rng = 0x1234567;
@@ -98,9 +101,29 @@ static double time_calls(struct pool *pool, const struct weight *w, int copies, 
     return median(v, reps);
 }
 
+/* ns per kern_matmul_chunked_f64 call (median) with chunks of `cols` columns */
+static double time_chunked(struct pool *pool, const struct weight *w, int64_t cols, struct act *x, double *yd, int reps) {
+    double v[64];
+    reps = NM_MIN(reps, 64);
+    const int nc = (int)((w->k + cols - 1) / cols);
+    struct kern_chunk *ch = calloc((size_t)nc, sizeof *ch);
+    for (int c = 0; c < nc; c++) {
+        ch[c].w0 = ch[c].a0 = c * cols;
+        ch[c].w1 = ch[c].a1 = NM_MIN(w->k, (c + 1) * cols);
+    }
+    kern_matmul_chunked_f64(pool, w, x, ch, nc, yd, w->n);
+    for (int r = 0; r < reps; r++) {
+        uint64_t t0 = nm_time_ns();
+        kern_matmul_chunked_f64(pool, w, x, ch, nc, yd, w->n);
+        v[r] = (double)(nm_time_ns() - t0);
+    }
+    free(ch);
+    return median(v, reps);
+}
+
 int main(int argc, char **argv) {
     const char *threads = "2,all", *types = NULL, *shapes = NULL;
-    int reps = 7, m_gemm = 512, sweep = 1;
+    int reps = 7, m_gemm = 512, sweep = 1, chunk = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = argv[i + 1];
         else if (!strcmp(argv[i], "-T")) types = argv[i + 1];
@@ -108,8 +131,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-x")) sweep = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c")) chunk = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t 2,all] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-x 0|1]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t 2,all] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-x 0|1] [-c cols]\n", argv[0]);
             return 2;
         }
     }
@@ -182,7 +206,20 @@ int main(int argc, char **argv) {
                        gp, 100 * gp / stream, gr, 100 * gr / stream, tv, ta, 100 * ta / peak, ta > 0 ? ta / tv : 0.0,
                        pbytes / 1048576.0);
                 fflush(stdout);
-                if (sweep && si + 1 == NM_ARRAY_LEN(k_shapes) - 1 && (t == DTYPE_Q4_0 || t == DTYPE_BF16 || t == DTYPE_Q4_K)) {
+                if (chunk > 0 && k % chunk == 0 && chunk % info->blck_size == 0) {
+                    double *yd = nm_alloc((size_t)m_gemm * n * 8, 64, "yd");
+                    kern_matmul_force_path(KERN_PATH_VNNI);
+                    const double cv = flop / time_chunked(pool, wp, chunk, &xm, yd, greps) * 1e-3;
+                    double ca = 0;
+                    if (amx) {
+                        kern_matmul_force_path(KERN_PATH_AMX);
+                        ca = flop / time_chunked(pool, wp, chunk, &xm, yd, greps) * 1e-3;
+                    }
+                    printf("  chunked %s %s, chunks of %d columns: vnni %.3f TF/s, amx %.3f TF/s (%.1f%% of peak)\n",
+                           info->name, shape, chunk, cv, ca, 100 * ca / peak);
+                    nm_free(yd);
+                }
+                if (sweep && si == SWEEP_SHAPE && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {
                     printf("  switch %s %s: us per call by m (vnni / amx):", info->name, shape);
                     static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
                     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {

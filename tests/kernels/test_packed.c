@@ -11,8 +11,9 @@
  *     a row's bits do not depend on the slice it is packed in (rows [r0, r1) packed alone), on m
  *     or on the thread count;
  *  4. kern_matmul_chunked_f64 on packed weights: against the ROWS chunked result (tolerance),
- *     with masked chunks, and each chunk's partial equal to the same chunk computed from a weight
- *     packed from only that chunk's columns (src_stride), bit for bit.
+ *     with masked chunks, the AMX_EMU (and AMX) paths giving the auto path's bits for quantized
+ *     types, and each chunk's partial equal to the same chunk computed from a weight packed from
+ *     only that chunk's columns (src_stride), bit for bit.
  *
  * Options: --seed N, --type NAME, --amx-only (only the AMX checks; exit 77 without AMX). */
 #include "cpu.h"
@@ -342,8 +343,32 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
             want[i * n + j] = (float)ydr[i * n + j];
         }
     }
-    const bool tiles = (t == DTYPE_F16 || t == DTYPE_BF16) && g_have_amx && m >= kern_matmul_amx_min_m(t);
+    const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    const bool tiles = fl && g_have_amx && m >= kern_matmul_amx_min_m(t);
     kcheck(got, want, mag, (int64_t)m * n, tiles ? TOL_BF16_TILES : tol, "chunked %s k=%" PRId64 " n=%" PRId64 " m=%d", dtype_get(t)->name, k, n, m);
+    /* the tile algorithm on the chunked path (emulated, and real where the CPU has AMX): quantized
+     * types give the same bits as the auto path's result (VNNI or tiles), floats within the bf16
+     * tolerance */
+    enum kern_path tp[2];
+    int ntp = 0;
+    if (g_have_vnni) tp[ntp++] = KERN_PATH_AMX_EMU;
+    if (g_have_amx) tp[ntp++] = KERN_PATH_AMX;
+    for (int p = 0; p < ntp; p++) {
+        block_q8x *q8t = malloc(act_q8_bytes(m, k) + 1);
+        struct act xt = {.m = m, .k = k, .f32 = x, .q8 = q8t};
+        double *ydt = malloc((size_t)m * n * 8);
+        kern_matmul_force_path(tp[p]);
+        kern_matmul_chunked_f64(pool, &wp, &xt, ch, nc, ydt, n);
+        kern_matmul_force_path(KERN_PATH_AUTO);
+        if (!fl && !tiles && memcmp(ydt, yd, (size_t)m * n * 8) != 0)
+            ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: path %s differs from the auto path's bits",
+                       dtype_get(t)->name, k, n, m, path_name(tp[p]));
+        for (int64_t i = 0; i < (int64_t)m * n; i++) got[i] = (float)ydt[i];
+        kcheck(got, want, mag, (int64_t)m * n, fl ? TOL_BF16_TILES : tol, "chunked %s k=%" PRId64 " n=%" PRId64 " m=%d path %s",
+               dtype_get(t)->name, k, n, m, path_name(tp[p]));
+        free(q8t);
+        free(ydt);
+    }
     /* each chunk from a weight packed from only its columns (a row-parallel rank's slice) */
     for (int c = 0; c < nc; c++) {
         const int64_t kc = ch[c].w1 - ch[c].w0;
