@@ -55,7 +55,7 @@ for ngl in $ngls; do
     echo "$name: $(cut -c1-200 "$WORK/out_$name.txt")"
     [ "$TYPE" != f32 ] || cmp -s "$WORK/out_cpu.txt" "$WORK/out_$name.txt" ||
       fail "$name: greedy tokens differ from the CPU-only run"
-    "$PY" "$HERE/compare_logits.py" "$WORK/logits_$name.bin" "$WORK/logits_cpu.bin" $TOL ||
+    "$PY" "$HERE/../reference/compare_logits.py" "$WORK/logits_$name.bin" "$WORK/logits_cpu.bin" $TOL ||
       fail "$name: the split departs from the CPU-only run beyond the $TYPE tolerance"
     "$NUMALLM" run -m "$WORK/m.gguf" --tokens $TOKENS -n $N_GEN --temp 0 --ignore-eos -t 2 -c 4096 -ngl "$ngl" \
       --ranks "$ranks" \
