@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""compare_logits.py SPLIT.bin CPU.bin TOL: a CPU + GPU run against the CPU-only run of the same
-greedy generation (numallm's NMLG dumps, rank/dump.h: the prompt's rows, then one row per step).
+"""compare_logits.py RUN.bin BASE.bin TOL: one run of a greedy generation against another of the
+same model and prompt (numallm's NMLG dumps, rank/dump.h: the prompt's rows, then one row per
+step): a CPU + GPU split against the CPU alone (tests/gpu/pipeline.sh), N ranks against one
+(tests/tp/invariance.sh, which also requires the same tokens).
 
 Both runs see the same inputs up to the first step where their greedy choices differ. Over those
 rows the relative L2 error of the split's logits must be <= TOL (tests/reference/compare.py's
 tolerance for the weight type). A different choice is accepted only at a near-tie of the CPU
 run: the CPU's logit for its own choice exceeds its logit for the split's choice by less than
 TOL x the row's RMS, the error the tolerance admits on one logit; the rows after it have other
-inputs and are not compared. Any other difference fails. Plain Python (the GPU host has no numpy).
+inputs and are not compared. Any other difference fails. Plain Python (the GPU host has no numpy;
+compare.py, against the reference, needs it).
 """
 import array
 import math
@@ -47,7 +50,7 @@ def main():
     if nv_s != nv_c or not split or not cpu:
         print("compare_logits: FAIL: vocabularies %d and %d, rows %d and %d" % (nv_s, nv_c, len(split), len(cpu)))
         return 1
-    worst, worst_row, compared, note = 0.0, -1, 0, ""
+    worst, worst_row, compared, note = 0.0, 0, 0, ""
     for i in range(min(len(split), len(cpu))):
         (ks, s), (kc, c) = split[i], cpu[i]
         if ks != kc:
