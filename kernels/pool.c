@@ -38,6 +38,7 @@ struct pool {
     atomic_bool stop;
     pool_fn fn;
     void *ctx;
+    bool bound; /* every worker, the caller included, is bound to workers[i].cpu */
 };
 
 static bool bind_to_cpu(pthread_t t, int cpu) {
@@ -104,6 +105,7 @@ struct pool *pool_init(int n_threads, const int *cpus) {
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     NM_ASSERT(p->threads && p->workers);
     bool bind_failed = false;
+    p->workers[0] = (struct worker){.pool = p, .ith = 0, .cpu = cpus ? cpus[0] : -1};
     if (cpus && !bind_to_cpu(pthread_self(), cpus[0])) bind_failed = true;
     for (int i = 1; i < n_threads; i++) {
         p->workers[i] = (struct worker){.pool = p, .ith = i, .cpu = cpus ? cpus[i] : -1};
@@ -112,6 +114,7 @@ struct pool *pool_init(int n_threads, const int *cpus) {
         if (cpus && !bind_to_cpu(p->threads[i], cpus[i])) bind_failed = true;
     }
     if (bind_failed) nm_log_warn("could not bind pool threads to their cores; running unbound");
+    p->bound = cpus && !bind_failed;
     return p;
 }
 
@@ -150,6 +153,11 @@ void pool_run(struct pool *p, pool_fn fn, void *ctx) {
     uint64_t t0 = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
         if (!wait_step(&t0, &iter)) sched_yield(); /* workers are running their share: keep yielding */
+}
+
+int pool_cpu(const struct pool *p, int i) {
+    NM_ASSERT(i >= 0 && i < pool_size(p));
+    return p->bound ? p->workers[i].cpu : -1;
 }
 
 void pool_split(long n, long align, int ith, int nth, long *lo, long *hi) {

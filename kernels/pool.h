@@ -14,6 +14,8 @@ typedef void (*pool_fn)(void *ctx, int ith, int nth);
 struct pool *pool_init(int n_threads, const int *cpus);
 void pool_free(struct pool *p);
 int pool_size(const struct pool *p);
+/* The logical CPU worker i is bound to; -1 when the pool runs unbound. */
+int pool_cpu(const struct pool *p, int i);
 
 /* Run fn on every worker and return when all have finished. Not reentrant. */
 void pool_run(struct pool *p, pool_fn fn, void *ctx);

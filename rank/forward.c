@@ -1,13 +1,17 @@
 /* The forward pass (see forward.h), written to be read top to bottom: engine_eval -> eval_chunk
  * -> attention block and FFN block per layer -> output head. */
+#define _GNU_SOURCE /* CPU sets: the oneDNN threads' affinity */
 #include "forward.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll.h"
 #include "matmul.h"
+#include "onednn.h"
 #include "ops.h"
 #include "sampler.h"
 
@@ -25,6 +29,10 @@ struct engine {
     engine_layer_hook hook;
     void *hook_ctx;
     struct pipeline_stage stage; /* rank 0 with the head on the GPU rank: the layers after ours */
+    bool onednn;     /* F32 prompt matmuls through oneDNN (engine_init says when) */
+    bool onednn_force; /* NM_ONEDNN=force: every F32 matmul of 2+ rows (tests) */
+    bool onednn_widen; /* the pool is bound: give oneDNN's threads all its cores (onednn_cpus) */
+    cpu_set_t onednn_cpus;
 
     /* Scratch for one chunk of up to n_batch tokens (rows). */
     float *x;        /* [n_batch][n_embd] residual stream */
@@ -57,6 +65,62 @@ struct engine {
 
 static float *alloc_f32(int64_t n, const char *what) { return nm_alloc((size_t)n * sizeof(float), 64, what); }
 
+/* oneDNN, where tests/bench/RESULTS.md ("oneDNN as a candidate") measured it faster than
+ * numallm's kernels: F32 weights (plain rows either way) in prompts of 64+ rows on matrices of
+ * 2048 x 8192 or more, and of 512+ rows on 896 x 4864 or more (1.4-2.1x with 2 threads); never in
+ * decode (numallm 1.6-2.5x faster there), nor for BF16 (it would need the GGUF rows next to
+ * numallm's packed copy: twice the memory). One rank only: its blocking depends on the matrix
+ * shape, so a slice's rows would not keep their bits across rank counts (shard.h, Exactness).
+ * NM_ONEDNN=0 turns it off; NM_ONEDNN=force sends every F32 matmul of 2+ rows through it (tests). */
+static bool onednn_worth(const struct engine *e, const struct weight *w, int m) {
+    const double kn = (double)w->k * (double)w->n;
+    if (w->layout != WEIGHT_LAYOUT_ROWS || w->type != DTYPE_F32 || m < 2) return false;
+    return e->onednn_force || (m >= 64 && kn >= 2048.0 * 8192) || (m >= 512 && kn >= 896.0 * 4864);
+}
+
+static void engine_onednn_init(struct engine *e, struct pool *pool) {
+    const char *env = getenv("NM_ONEDNN");
+    bool f32 = false; /* any matmul weight of F32 this rank multiplies? */
+    for (int64_t il = 0; il < e->m->n_layer_local && !f32; il++) {
+        const struct layer_weights *L = &e->m->layers[il];
+        f32 = L->wq.type == DTYPE_F32 || L->wo.type == DTYPE_F32 || (e->m->cfg.n_expert == 0 && L->w_up.type == DTYPE_F32);
+    }
+    if (!f32 || e->m->shard.nranks != 1 || (env && strcmp(env, "0") == 0)) return;
+    char why[256];
+    if (!kern_onednn_available(why, sizeof why)) {
+        nm_log_info("oneDNN not used for the F32 prompt matmuls: %s", why);
+        return;
+    }
+    e->onednn = true;
+    e->onednn_force = env && strcmp(env, "force") == 0;
+    CPU_ZERO(&e->onednn_cpus);
+    e->onednn_widen = true;
+    for (int i = 0; i < pool_size(pool) && e->onednn_widen; i++) {
+        const int cpu = pool_cpu(pool, i);
+        if (cpu < 0) e->onednn_widen = false;
+        else CPU_SET(cpu, &e->onednn_cpus);
+    }
+    nm_log_info("%s: %s", kern_onednn_describe(why, sizeof why),
+                e->onednn_force ? "every F32 matmul of 2 or more rows (NM_ONEDNN=force)"
+                                : "the F32 prompt matmuls where it measured faster (NM_ONEDNN=0: numallm's kernels)");
+}
+
+/* A prompt matmul through oneDNN; false (said once, then numallm's kernels for good) when it
+ * refuses or fails. Its OpenMP threads inherit the calling thread's CPU set when they start,
+ * and the caller (pool worker 0) is bound to one core: widen it to the pool's cores for the call. */
+static bool matmul_onednn(struct engine *e, const struct weight *w, struct act *in, float *y) {
+    cpu_set_t mine;
+    const bool widen = e->onednn_widen && pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) == 0;
+    if (widen) pthread_setaffinity_np(pthread_self(), sizeof e->onednn_cpus, &e->onednn_cpus);
+    char why[256];
+    const enum kern_onednn_status st = kern_onednn_matmul(w, in, y, w->n, pool_size(e->pool), why, sizeof why);
+    if (widen) pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+    if (st == KERN_ONEDNN_OK) return true;
+    nm_log_warn("oneDNN: %s (%s); numallm's kernels from now on", kern_onednn_status_str(st), why);
+    e->onednn = false;
+    return false;
+}
+
 enum nm_status engine_init(struct engine **out, const struct model *m, struct pool *pool, struct coll *coll,
                            const struct engine_params *p, char *err, size_t errlen) {
     const struct model_config *c = &m->cfg;
@@ -74,6 +138,7 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     NM_ASSERT(e);
     e->stage = p->stage;
     e->m = m;
+    engine_onednn_init(e, pool);
     e->pool = pool;
     e->coll = coll;
     e->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
@@ -216,6 +281,7 @@ static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, st
 
 /* y = W x for a chunk: the input is wrapped so that its int8 quantization is made once. */
 static void matmul(struct engine *e, const struct weight *w, struct act *in, float *y) {
+    if (e->onednn && onednn_worth(e, w, in->m) && matmul_onednn(e, w, in, y)) return;
     kern_matmul(e->pool, w, in, y, w->n);
 }
 

@@ -14,6 +14,16 @@ foreach(preset ${NM_MODEL_PRESETS})
   endforeach()
 endforeach()
 
+# The F32 model with every F32 matmul of the prompt through oneDNN (rank/forward.c; skipped where
+# numallm was built without oneDNN).
+foreach(preset tiny-llama tiny-qwen3moe)
+  add_test(NAME model_vs_ref_${preset}_f32_onednn
+           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/reference/model_test.sh $<TARGET_FILE:numallm>
+                   ${preset} f32 ${CMAKE_CURRENT_BINARY_DIR}/model_tests/${preset}_f32_onednn)
+  set_tests_properties(model_vs_ref_${preset}_f32_onednn PROPERTIES LABELS model SKIP_RETURN_CODE 77
+                       ENVIRONMENT "NM_PYTHON=${NM_PYTHON};NM_ONEDNN=force")
+endforeach()
+
 # numallm perplexity against llama.cpp's method written independently over the reference logits.
 add_test(NAME perplexity_vs_reference
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ppl_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}

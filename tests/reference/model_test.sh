@@ -47,7 +47,11 @@ rm -rf "$WORKDIR/el" "$WORKDIR/rl" "$WORKDIR/e.bin" "$WORKDIR/r.bin" "$WORKDIR/m
 
 step "$NUMALLM" mkmodel --preset "$PRESET" --type "$TYPE" -o "$WORKDIR/m.gguf" --seed 1
 step "$NUMALLM" run -m "$WORKDIR/m.gguf" --tokens "$TOKENS" -n 0 \
-    --dump-logits "$WORKDIR/e.bin" --dump-layers "$WORKDIR/el" -t 2
+    --dump-logits "$WORKDIR/e.bin" --dump-layers "$WORKDIR/el" -t 2 2> >(tee "$WORKDIR/run.log" >&2)
+if [ "${NM_ONEDNN:-}" = force ] && ! grep -q "oneDNN .*: every F32 matmul" "$WORKDIR/run.log"; then
+    echo "skipped: NM_ONEDNN=force, but the engine did not use oneDNN: $(grep -o 'oneDNN not used.*' "$WORKDIR/run.log")"
+    exit 77
+fi
 step "$PY" "$HERE/ref.py" "$WORKDIR/m.gguf" --tokens "$TOKENS" \
     --out "$WORKDIR/r.bin" --dump-layers "$WORKDIR/rl"
 echo "+ $PY $HERE/compare.py --engine $WORKDIR/e.bin --ref $WORKDIR/r.bin --type $TYPE ..."
