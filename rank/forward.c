@@ -289,6 +289,71 @@ static struct act act_of(struct engine *e, const float *x, int n, int64_t k) {
     return (struct act){.m = n, .k = k, .f32 = x, .q8 = e->q8, .q8_ready = false};
 }
 
+/* Row-wise work of a chunk (norms, RoPE, SwiGLU, residual adds), split over the pool by rows
+ * for prompts; inline when it is small (a pool wake-up costs more). Rows are independent, so
+ * the split changes no value. */
+typedef void (*rows_fn)(struct engine *e, const void *arg, int lo, int hi);
+struct rows_job {
+    struct engine *e;
+    rows_fn fn;
+    const void *arg;
+    int n;
+};
+#define ROWS_INLINE_VALUES (16 * 1024)
+
+static void rows_worker(void *ctx, int ith, int nth) {
+    const struct rows_job *j = ctx;
+    long lo, hi;
+    pool_split(j->n, 1, ith, nth, &lo, &hi);
+    if (lo < hi) j->fn(j->e, j->arg, (int)lo, (int)hi);
+}
+
+static void run_rows(struct engine *e, rows_fn fn, const void *arg, int n, int64_t values_per_row) {
+    if (n < 2 || (int64_t)n * values_per_row < ROWS_INLINE_VALUES) {
+        fn(e, arg, 0, n);
+        return;
+    }
+    struct rows_job j = {.e = e, .fn = fn, .arg = arg, .n = n};
+    pool_run(e->pool, rows_worker, &j);
+}
+
+/* y[i] = rmsnorm(x[i]) * w over rows; y (+)= x for the residual; silu(gate) * up. */
+struct norm_arg {
+    float *y;
+    const float *x, *w;
+    int64_t dim;
+    float eps;
+};
+static void norm_fn(struct engine *e, const void *arg, int lo, int hi) {
+    const struct norm_arg *a = arg;
+    for (int i = lo; i < hi; i++) op_rmsnorm(a->y + i * a->dim, a->x + i * a->dim, a->w, a->dim, a->eps);
+}
+static void norm_rows(struct engine *e, float *y, const float *x, const float *w, int n, int64_t dim, float eps) {
+    const struct norm_arg a = {.y = y, .x = x, .w = w, .dim = dim, .eps = eps};
+    run_rows(e, norm_fn, &a, n, dim);
+}
+struct pair_arg {
+    float *y;
+    const float *x;
+    int64_t dim;
+};
+static void add_fn(struct engine *e, const void *arg, int lo, int hi) {
+    const struct pair_arg *a = arg;
+    op_add(a->y + lo * a->dim, a->x + lo * a->dim, (int64_t)(hi - lo) * a->dim);
+}
+static void residual_add(struct engine *e, float *y, const float *x, int n, int64_t dim) {
+    const struct pair_arg a = {.y = y, .x = x, .dim = dim};
+    run_rows(e, add_fn, &a, n, dim);
+}
+static void swiglu_fn(struct engine *e, const void *arg, int lo, int hi) {
+    const struct pair_arg *a = arg; /* y = gate (in place), x = up */
+    op_swiglu(a->y + lo * a->dim, a->y + lo * a->dim, a->x + lo * a->dim, (int64_t)(hi - lo) * a->dim);
+}
+static void swiglu_rows(struct engine *e, float *gate, const float *up, int n, int64_t dim) {
+    const struct pair_arg a = {.y = gate, .x = up, .dim = dim};
+    run_rows(e, swiglu_fn, &a, n, dim);
+}
+
 static void add_bias(float *y, const float *b, int n, int64_t dim) {
     if (!b) return;
     for (int i = 0; i < n; i++) op_add(y + (int64_t)i * dim, b, dim);
@@ -338,6 +403,34 @@ static void attn_worker(void *ctx, int ith, int nth) {
     }
 }
 
+/* Per token: Q/K norms (qwen3), RoPE, and K, V into the cache at the token's position. */
+struct rope_arg {
+    int il;
+    int64_t pos0;
+};
+static void rope_fn(struct engine *e, const void *arg, int lo, int hi) {
+    const struct rope_arg *a = arg;
+    const struct model_config *c = &e->m->cfg;
+    const struct layer_weights *L = &e->m->layers[a->il];
+    const int64_t qd = e->n_head_l * c->head_dim, kd = e->n_head_kv_l * c->head_dim,
+                  vd = e->n_head_kv_l * c->head_dim_v;
+    const int neox = c->rope_type == ROPE_TYPE_NEOX;
+    for (int i = lo; i < hi; i++) {
+        float *q = e->q + i * qd, *k = e->k + i * kd;
+        const float *cs = e->rope + (int64_t)i * c->n_rot;
+        for (int64_t h = 0; h < e->n_head_l; h++) {
+            if (L->q_norm) op_rmsnorm(q + h * c->head_dim, q + h * c->head_dim, L->q_norm, c->head_dim, c->rms_eps);
+            op_rope(q + h * c->head_dim, cs, c->n_rot, neox);
+        }
+        for (int64_t h = 0; h < e->n_head_kv_l; h++) {
+            if (L->k_norm) op_rmsnorm(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
+            op_rope(k + h * c->head_dim, cs, c->n_rot, neox);
+        }
+        op_store_kv(kv_k(&e->kv, a->il, a->pos0 + i), k, kd, e->kv.type);
+        op_store_kv(kv_v(&e->kv, a->il, a->pos0 + i), e->v + i * vd, vd, e->kv.type);
+    }
+}
+
 /* x += attn_output(attention(rope(q), rope(k), v)) for the chunk; xn holds attn_norm(x).
  * Q, K, V are column-parallel (this rank's heads); attn_output is row-parallel: each rank
  * multiplies its heads' columns and the allreduce sums the partial outputs. */
@@ -355,21 +448,8 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     add_bias(e->k, L->bk, n, kd);
     add_bias(e->v, L->bv, n, vd);
 
-    for (int i = 0; i < n; i++) {
-        float *q = e->q + i * qd, *k = e->k + i * kd;
-        const float *cs = e->rope + (int64_t)i * c->n_rot;
-        const int neox = c->rope_type == ROPE_TYPE_NEOX;
-        for (int64_t h = 0; h < e->n_head_l; h++) {
-            if (L->q_norm) op_rmsnorm(q + h * c->head_dim, q + h * c->head_dim, L->q_norm, c->head_dim, c->rms_eps);
-            op_rope(q + h * c->head_dim, cs, c->n_rot, neox);
-        }
-        for (int64_t h = 0; h < e->n_head_kv_l; h++) {
-            if (L->k_norm) op_rmsnorm(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
-            op_rope(k + h * c->head_dim, cs, c->n_rot, neox);
-        }
-        op_store_kv(kv_k(&e->kv, il, pos0 + i), k, kd, e->kv.type);
-        op_store_kv(kv_v(&e->kv, il, pos0 + i), e->v + i * vd, vd, e->kv.type);
-    }
+    const struct rope_arg ra = {.il = il, .pos0 = pos0};
+    run_rows(e, rope_fn, &ra, n, qd + kd);
 
     struct attn_job job = {.e = e, .layer = il, .n = n, .pos0 = pos0};
     pool_run(e->pool, attn_worker, &job);
@@ -377,7 +457,7 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     struct act att = act_of(e, e->att, n, e->wo_k);
     matmul_rowpar_allreduce(e, &L->wo, &att, e->wo_chunks, e->n_wo_chunks, e->proj);
     add_bias(e->proj, L->bo, n, c->n_embd);
-    op_add(e->x, e->proj, (int64_t)n * c->n_embd);
+    residual_add(e, e->x, e->proj, n, c->n_embd);
 }
 
 /* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). gate/up are
@@ -388,10 +468,10 @@ static void ffn_block(struct engine *e, int il, int n) {
     struct act in = act_of(e, e->xn, n, c->n_embd);
     matmul(e, &L->w_gate, &in, e->gate);
     matmul(e, &L->w_up, &in, e->up);
-    op_swiglu(e->gate, e->gate, e->up, (int64_t)n * e->n_ff_l);
+    swiglu_rows(e, e->gate, e->up, n, e->n_ff_l);
     struct act hid = act_of(e, e->gate, n, e->n_ff_l);
     matmul_rowpar_allreduce(e, &L->w_down, &hid, e->down_chunks, e->n_down_chunks, e->proj);
-    op_add(e->x, e->proj, (int64_t)n * c->n_embd);
+    residual_add(e, e->x, e->proj, n, c->n_embd);
 }
 
 /* qwen3moe: route each token of the chunk to its expert_used_count experts (largest router
@@ -448,7 +528,7 @@ static void moe_block(struct engine *e, int il, int n) {
         struct act xg = act_of(e, e->xg, m, E);
         matmul(e, &L->gate_exps[x], &xg, e->gate);
         matmul(e, &L->up_exps[x], &xg, e->up);
-        op_swiglu(e->gate, e->gate, e->up, (int64_t)m * e->n_ff_l);
+        swiglu_rows(e, e->gate, e->up, m, e->n_ff_l);
         struct act hid = act_of(e, e->gate, m, e->n_ff_l);
         kern_matmul_chunked_f64(e->pool, &L->down_exps[x], &hid, e->down_chunks, e->n_down_chunks, e->exp_part, E);
         for (int i = 0; i < m; i++) {
@@ -458,12 +538,9 @@ static void moe_block(struct engine *e, int il, int n) {
         }
     }
     allreduce_partials(e, (int64_t)n * E, e->proj);
-    op_add(e->x, e->proj, (int64_t)n * E);
+    residual_add(e, e->x, e->proj, n, E);
 }
 
-static void norm_rows(float *y, const float *x, const float *w, int n, int64_t dim, float eps) {
-    for (int i = 0; i < n; i++) op_rmsnorm(y + i * dim, x + i * dim, w, dim, eps);
-}
 
 static void hook(struct engine *e, int layer, int64_t pos0, const float *x, int n) {
     if (e->hook) e->hook(e->hook_ctx, layer, pos0, x, n, e->m->cfg.n_embd);
@@ -485,9 +562,9 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
 
     for (int il = 0; il < m->n_layer_local; il++) {
         const struct layer_weights *L = &m->layers[il];
-        norm_rows(e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
+        norm_rows(e, e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
         attention_block(e, il, n, pos0);
-        norm_rows(e->xn, e->x, L->ffn_norm, n, E, c->rms_eps);
+        norm_rows(e, e->xn, e->x, L->ffn_norm, n, E, c->rms_eps);
         if (c->n_expert > 0) moe_block(e, il, n);
         else ffn_block(e, il, n);
         hook(e, il, pos0, e->x, n);
@@ -500,7 +577,7 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
         return;
     }
     if (!logits && !e->hook) return;
-    norm_rows(e->xn, e->x, m->output_norm, n, E, c->rms_eps);
+    norm_rows(e, e->xn, e->x, m->output_norm, n, E, c->rms_eps);
     hook(e, c->n_layer, pos0, e->xn, n);
     if (!logits) return;
     const int first = logits_all ? 0 : n - 1, rows = n - first;
