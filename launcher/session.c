@@ -23,11 +23,14 @@ static void print_model(const struct session *s) {
     if (local >= 0)
         snprintf(where, sizeof where, "%.1f%% of %llu pages on node %d", 100 * local, (unsigned long long)pages,
                  arena_node(m->arena));
-    nm_log_info("shard %d/%d: heads %lld-%lld, KV heads %lld-%lld, n_ff %lld-%lld, vocab %lld-%lld; loaded %.1f MiB "
+    char vocab[48] = "none (the head is on the GPU)";
+    if (range_len(sh->vocab) > 0)
+        snprintf(vocab, sizeof vocab, "%lld-%lld", (long long)sh->vocab.begin, (long long)sh->vocab.end - 1);
+    nm_log_info("shard %d/%d: heads %lld-%lld, KV heads %lld-%lld, n_ff %lld-%lld, vocab %s; loaded %.1f MiB "
                 "in %.2f s (%.2f GB/s), %s",
                 sh->rank, sh->nranks, (long long)sh->q_heads.begin, (long long)sh->q_heads.end - 1,
                 (long long)sh->kv_heads.begin, (long long)sh->kv_heads.end - 1, (long long)sh->ff.begin,
-                (long long)sh->ff.end - 1, (long long)sh->vocab.begin, (long long)sh->vocab.end - 1,
+                (long long)sh->ff.end - 1, vocab,
                 (double)m->loaded_bytes / (1 << 20), m->load_seconds,
                 (double)m->loaded_bytes / 1e9 / NM_MAX(m->load_seconds, 1e-9), where);
     if (s->rank != 0) return;

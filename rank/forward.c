@@ -148,7 +148,8 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     e->n_vocab_l = range_len(sh->vocab);
     e->wo_k = range_len(sh->wo_cols);
     e->wo_off = sh->wo_owned.begin - sh->wo_cols.begin;
-    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, c->n_layer, n_ctx, e->n_head_kv_l * c->head_dim,
+    /* Only the layers this rank computes: the GPU stage keeps its own cache for the others. */
+    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, m->n_layer_local, n_ctx, e->n_head_kv_l * c->head_dim,
                                       e->n_head_kv_l * c->head_dim_v, err, errlen);
     if (st) {
         free(e);
@@ -185,7 +186,7 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
     nm_log_info("KV cache: %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB", (long long)n_ctx,
-                (long long)c->n_layer, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
+                (long long)m->n_layer_local, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
                 (double)e->kv.bytes / (1 << 20));
     *out = e;
     return NM_OK;

@@ -15,8 +15,8 @@ enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_lay
     if (nm_mul_overflow_u64(per_layer * (uint64_t)n_layer, (uint64_t)k_row, &kb) ||
         nm_mul_overflow_u64(per_layer * (uint64_t)n_layer, (uint64_t)v_row, &vb))
         return nm_errf(err, errlen, NM_ERR_NOMEM, "KV cache size overflows for n_ctx %lld", (long long)n_ctx);
-    kv->k = aligned_alloc(64, (kb + 63) / 64 * 64);
-    kv->v = aligned_alloc(64, (vb + 63) / 64 * 64);
+    kv->k = aligned_alloc(64, NM_MAX((kb + 63) / 64 * 64, (uint64_t)64)); /* 0 layers: every one on the GPU */
+    kv->v = aligned_alloc(64, NM_MAX((vb + 63) / 64 * 64, (uint64_t)64));
     if (!kv->k || !kv->v) {
         free(kv->k);
         free(kv->v);
