@@ -26,6 +26,7 @@
 #include "matmul.h"
 #include "packed.h"
 #include "pool.h"
+#include "bench_util.h"
 
 double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
 
@@ -35,50 +36,6 @@ static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, 
 #define SWEEP_SHAPE 2 /* 4096x14336 */
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
-static uint64_t g_rng = 0x1234567;
-static uint64_t rng(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static void fill_weight(enum dtype t, uint8_t *p, int64_t k, int64_t n) {
-    const size_t bytes = dtype_row_size(t, k) * (size_t)n;
-    for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        uint64_t v = rng();
-        memcpy(p + i, &v, 8);
-    }
-    const struct dtype_info *info = dtype_get((uint32_t)t);
-    const size_t nblk = bytes / (size_t)info->type_size;
-    const uint16_t h = fp32_to_fp16(0.01f), b = fp32_to_bf16(0.01f);
-    for (size_t i = 0; i < nblk; i++) {
-        uint8_t *blk = p + i * (size_t)info->type_size;
-        switch (t) {
-        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, &h, 2); break;
-        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h, 2); break;
-        case DTYPE_Q6_K: memcpy(blk + 208, &h, 2); break;
-        case DTYPE_F16: memcpy(blk, &h, 2); break;
-        case DTYPE_BF16: memcpy(blk, &b, 2); break;
-        default: break;
-        }
-    }
-}
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-static bool in_list(const char *list, const char *word) {
-    if (!list) return true;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
-        if (strcasecmp(tok, word) == 0) return true;
-    return false;
-}
 /* Core clock: a chain of dependent adds runs one per cycle. */
 static double measure_ghz(void) {
     const long n = 200000000;
@@ -98,7 +55,7 @@ static double time_calls(struct pool *pool, const struct weight *w, int copies, 
         for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], x, y, w->n);
         v[r] = (double)(nm_time_ns() - t0) / copies;
     }
-    return median(v, reps);
+    return bench_median(v, reps, NULL, NULL);
 }
 
 /* ns per kern_matmul_chunked_f64 call (median) with chunks of `cols` columns */
@@ -118,7 +75,7 @@ static double time_chunked(struct pool *pool, const struct weight *w, int64_t co
         v[r] = (double)(nm_time_ns() - t0);
     }
     free(ch);
-    return median(v, reps);
+    return bench_median(v, reps, NULL, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -162,17 +119,17 @@ int main(int argc, char **argv) {
         for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
             const enum dtype t = k_types[ti];
             const struct dtype_info *info = dtype_get((uint32_t)t);
-            if (!in_list(types, info->name)) continue;
+            if (!bench_in_list(types, info->name)) continue;
             const enum weight_layout lay = (t == DTYPE_F16 || t == DTYPE_BF16) ? WEIGHT_LAYOUT_F_PAIR16 : WEIGHT_LAYOUT_Q_TILE16;
             for (size_t si = 0; si < NM_ARRAY_LEN(k_shapes); si++) {
                 const int64_t k = k_shapes[si][0], n = k_shapes[si][1];
                 char shape[32];
                 snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, k, n);
-                if (!in_list(shapes, shape) || k % info->blck_size) continue;
+                if (!bench_in_list(shapes, shape) || k % info->blck_size) continue;
                 const size_t rbytes = dtype_row_size(t, k) * (size_t)n, pbytes = weight_packed_bytes(lay, t, k, n);
                 const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + pbytes - 1) / pbytes);
                 uint8_t *src = nm_alloc(rbytes * copies, 4096, "rows");
-                fill_weight(t, src, k, n);
+                bench_fill_weight(t, src, k, n);
                 for (int c = 1; c < copies; c++) memcpy(src + rbytes * c, src, rbytes);
                 uint8_t *pk = nm_alloc(pbytes * copies, 4096, "packed");
                 struct weight *wp = calloc((size_t)copies, sizeof *wp), *wr = calloc((size_t)copies, sizeof *wr);
@@ -184,7 +141,7 @@ int main(int argc, char **argv) {
                     wr[c] = weight_rows(t, k, n, src + rbytes * c);
                 }
                 float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "x");
-                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(rng() % 2001) - 1000) * 1e-3f;
+                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
                 block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "q8");
                 float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "y");
                 struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};

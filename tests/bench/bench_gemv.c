@@ -20,6 +20,7 @@
 #include "cpu.h"
 #include "matmul.h"
 #include "pool.h"
+#include "bench_util.h"
 
 double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
 
@@ -28,58 +29,6 @@ static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q
 static const int64_t k_shapes[][2] = {{896, 4864}, {4864, 896}, {2048, 8192}, {4096, 14336}};
 
 #define COPY_BYTES_MIN ((size_t)512 << 20)
-
-static uint64_t g_rng = 0x1234567;
-static uint64_t rng(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
-/* Random codes with small finite scales (speed of generation matters, not the values). */
-static void fill_weight(enum dtype t, uint8_t *p, int64_t k, int64_t n) {
-    const size_t bytes = dtype_row_size(t, k) * (size_t)n;
-    for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        uint64_t v = rng();
-        memcpy(p + i, &v, 8);
-    }
-    const struct dtype_info *info = dtype_get((uint32_t)t);
-    const size_t nblk = bytes / (size_t)info->type_size;
-    const uint16_t h = fp32_to_fp16(0.01f), b = fp32_to_bf16(0.01f);
-    for (size_t i = 0; i < nblk; i++) {
-        uint8_t *blk = p + i * (size_t)info->type_size;
-        switch (t) {
-        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, &h, 2); break;
-        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h, 2); break;
-        case DTYPE_Q6_K: memcpy(blk + 208, &h, 2); break;
-        case DTYPE_F16: memcpy(blk, &h, 2); break;
-        case DTYPE_BF16: memcpy(blk, &b, 2); break;
-        case DTYPE_F32: { float f = 0.01f * (float)(int)(rng() % 200 - 100); memcpy(blk, &f, 4); break; }
-        default: break;
-        }
-    }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static void stats(double *v, int n, double *med, double *lo, double *hi) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    *med = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    *lo = v[0];
-    *hi = v[n - 1];
-}
-
-static bool in_list(const char *list, const char *word) {
-    if (!list) return true;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
-        if (strcasecmp(tok, word) == 0) return true;
-    return false;
-}
 
 int main(int argc, char **argv) {
     int max_threads = 2, reps = 10, m_gemm = 512;
@@ -111,12 +60,12 @@ int main(int argc, char **argv) {
         for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
             const enum dtype t = k_types[ti];
             const struct dtype_info *info = dtype_get((uint32_t)t);
-            if (!in_list(types, info->name)) continue;
+            if (!bench_in_list(types, info->name)) continue;
             for (size_t si = 0; si < NM_ARRAY_LEN(k_shapes); si++) {
                 const int64_t k = k_shapes[si][0], n = k_shapes[si][1];
                 char shape[32];
                 snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, k, n);
-                if (!in_list(shapes, shape)) continue;
+                if (!bench_in_list(shapes, shape)) continue;
                 if (k % info->blck_size) {
                     printf("%-5s %-11s   (K is not a multiple of %d: no such tensor)\n", info->name, shape, info->blck_size);
                     continue;
@@ -124,14 +73,14 @@ int main(int argc, char **argv) {
                 const size_t wbytes = dtype_row_size(t, k) * (size_t)n;
                 const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + wbytes - 1) / wbytes);
                 uint8_t *wmem = nm_alloc(wbytes * copies, 4096, "bench weights");
-                fill_weight(t, wmem, k, n);
+                bench_fill_weight(t, wmem, k, n);
                 for (int c = 1; c < copies; c++) memcpy(wmem + wbytes * c, wmem, wbytes);
                 struct weight *w = calloc((size_t)copies, sizeof *w);
                 for (int c = 0; c < copies; c++) w[c] = weight_rows(t, k, n, wmem + wbytes * c);
 
                 /* GEMV */
                 float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "bench x");
-                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(rng() % 2001) - 1000) * 1e-3f;
+                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
                 block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "bench q8");
                 float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "bench y");
                 struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};
@@ -143,7 +92,7 @@ int main(int argc, char **argv) {
                     v[r] = (double)(nm_time_ns() - t0) / copies; /* ns per call */
                 }
                 double med, lo, hi;
-                stats(v, reps, &med, &lo, &hi);
+                med = bench_median(v, reps, &lo, &hi);
                 const double gbs = wbytes / med, gbs_lo = wbytes / hi, gbs_hi = wbytes / lo;
 
                 /* GEMM */
@@ -156,7 +105,7 @@ int main(int argc, char **argv) {
                     v[r] = (double)(nm_time_ns() - t0);
                 }
                 double gmed, glo, ghi;
-                stats(v, greps, &gmed, &glo, &ghi);
+                gmed = bench_median(v, greps, &glo, &ghi);
                 const double gflops = 2.0 * m_gemm * (double)n * (double)k / gmed;
                 printf("%-5s %-11s %9.1f %9.2f %9.2f %9.2f %6.0f%% | %10.2f %9.1f\n", info->name,
                        shape, med * 1e-3, gbs, gbs_lo, gbs_hi, 100.0 * gbs / stream, gmed * 1e-6, gflops);

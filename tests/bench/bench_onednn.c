@@ -35,6 +35,7 @@
 #include "matmul.h"
 #include "onednn.h"
 #include "pool.h"
+#include "bench_util.h"
 
 double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
 
@@ -44,27 +45,6 @@ static const enum dtype k_types[] = {DTYPE_BF16, DTYPE_F32};
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 #define MAX_REPS 64
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rng(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-static float rng_val(void) { return (float)((int)(rng() % 2001) - 1000) * 1e-5f; }
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static bool in_list(const char *list, const char *word) {
-    if (!list) return true;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
-        if (strcasecmp(tok, word) == 0) return true;
-    return false;
-}
 /* Bind the calling thread to cpus 0..n-1. */
 static void pin_self(int n) {
     cpu_set_t set;
@@ -77,8 +57,8 @@ struct timing {
     double med, lo, hi; /* ns per call */
 };
 static struct timing summarize(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    struct timing t = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+    struct timing t;
+    t.med = bench_median(v, n, &t.lo, &t.hi);
     return t;
 }
 
@@ -202,24 +182,24 @@ int main(int argc, char **argv) {
     for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
         const enum dtype t = k_types[ti];
         const char *tn = dtype_get((uint32_t)t)->name;
-        if (!in_list(types, tn)) continue;
+        if (!bench_in_list(types, tn)) continue;
         struct layout_why lw;
         const enum weight_layout lay = layout_plan(TENSOR_USE_MATMUL, t, cf, &lw);
         for (size_t si = 0; si < NM_ARRAY_LEN(k_shapes); si++) {
             const int64_t k = k_shapes[si][0], n = k_shapes[si][1];
             char shape[32];
             snprintf(shape, sizeof shape, "%" PRId64 "x%" PRId64, k, n);
-            if (!in_list(shapes, shape)) continue;
+            if (!bench_in_list(shapes, shape)) continue;
             const size_t rbytes = dtype_row_size(t, k) * (size_t)n;
             const size_t pbytes = lay == WEIGHT_LAYOUT_ROWS ? rbytes : weight_packed_bytes(lay, t, k, n);
             const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + NM_MIN(rbytes, pbytes) - 1) / NM_MIN(rbytes, pbytes));
             uint8_t *src = nm_alloc(rbytes * copies, 4096, "rows");
             if (t == DTYPE_BF16) {
                 uint16_t *p = (uint16_t *)src;
-                for (size_t i = 0; i < rbytes / 2; i++) p[i] = fp32_to_bf16(rng_val());
+                for (size_t i = 0; i < rbytes / 2; i++) p[i] = fp32_to_bf16(bench_rng_val(0.01f));
             } else {
                 float *p = (float *)src;
-                for (size_t i = 0; i < rbytes / 4; i++) p[i] = rng_val();
+                for (size_t i = 0; i < rbytes / 4; i++) p[i] = bench_rng_val(0.01f);
             }
             for (int c = 1; c < copies; c++) memcpy(src + rbytes * c, src, rbytes);
             struct weight *wr = calloc((size_t)copies, sizeof *wr), *wn = calloc((size_t)copies, sizeof *wn);
@@ -239,7 +219,7 @@ int main(int argc, char **argv) {
                 }
             }
             float *x = nm_alloc((size_t)m_max * k * 4, 64, "x");
-            for (int64_t i = 0; i < (int64_t)m_max * k; i++) x[i] = (float)((int)(rng() % 2001) - 1000) * 1e-3f;
+            for (int64_t i = 0; i < (int64_t)m_max * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
             block_q8x *q8 = nm_alloc(act_q8_bytes(m_max, k), 64, "q8");
             float *ya = nm_alloc((size_t)m_max * n * 4, 64, "y numallm"), *yb = nm_alloc((size_t)m_max * n * 4, 64, "y oneDNN");
             for (int mi = 0; mi < n_ms; mi++) {
