@@ -2,6 +2,7 @@
 #include "layout.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "base.h"
 
@@ -120,4 +121,9 @@ int layout_report(const struct layout_tensor_class *classes, int n_classes, cons
         }
     }
     return downgrades;
+}
+
+const struct cpu_features *layout_cpu(void) {
+    static const struct cpu_features plain;
+    return strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
 }

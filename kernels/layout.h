@@ -50,6 +50,10 @@ struct layout_why {
 enum weight_layout layout_plan(enum tensor_use use, enum dtype type, const struct cpu_features *cpu,
                                struct layout_why *why);
 
+/* The CPU this process plans for: cpu_features_get(), or a CPU without extensions when the
+ * kernel path is the plain-C one (NM_ISA=ref), whose kernels read only plain rows. */
+const struct cpu_features *layout_cpu(void);
+
 /* One class of tensors for the start-up table, e.g. {"blk.*.ffn_down", TENSOR_USE_MATMUL, q6_k}. */
 struct layout_tensor_class {
     const char *name;

@@ -391,12 +391,9 @@ static char **job_argv(int n_ranks, int n_threads, int ngl, const char *model, i
         }
         return NULL;
     }
-    int gpu_node = -1; /* the GPU rank (ngl > 0) on the node of the first CUDA GPU */
-    for (int i = 0; i < t->n_gpus && gpu_node < 0; i++)
-        if (t->gpus[i].cuda && t->gpus[i].node >= 0) gpu_node = t->nodes[t->gpus[i].node].os_index;
     struct launch_argv_params ap = {.mpirun = mpirun_name(), .as_root = geteuid() == 0, .exe = self_exe(),
                                     .model = model, .argc = argc, .argv = args, .gpu_rank = ngl > 0,
-                                    .gpu_node = gpu_node};
+                                    .gpu_node = topo_cuda_gpu_node(t)};
     if (launch_argv_build(p, t, &ap, &argv, err, sizeof err)) snprintf(why, len, "%s", err);
     plan_free(p);
     topo_free(t);

@@ -338,13 +338,6 @@ static bool gpu_usable(const struct launch_request *req) {
     return false;
 }
 
-/* The NUMA node (OS index) of the first CUDA GPU hwloc sees (-1: none or unknown). */
-static int gpu_node(const struct topo *t) {
-    for (int i = 0; i < t->n_gpus; i++)
-        if (t->gpus[i].cuda && t->gpus[i].node >= 0) return t->nodes[t->gpus[i].node].os_index;
-    return -1;
-}
-
 enum launch_mode launch_decide(const struct launch_request *req, struct launch_decision *d) {
     *d = (struct launch_decision){.rank = 0, .nranks = 1, .gpu_rank = -1, .gpu_node = -1,
                                   .n_gpu_layers = req->n_gpu_layers, .role = req->role};
@@ -414,7 +407,7 @@ enum launch_mode launch_decide(const struct launch_request *req, struct launch_d
     }
     struct launch_argv_params ap = {.mpirun = mpirun_name(req), .as_root = geteuid() == 0, .exe = self_exe(req),
                                     .model = req->model, .argc = argc, .argv = args,
-                                    .gpu_rank = d->n_gpu_layers > 0, .gpu_node = gpu_node(t)};
+                                    .gpu_rank = d->n_gpu_layers > 0, .gpu_node = topo_cuda_gpu_node(t)};
     char **argv;
     if (launch_argv_build(p, t, &ap, &argv, err, sizeof err)) {
         fprintf(stderr, "error: %s\n", err);

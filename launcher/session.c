@@ -75,8 +75,7 @@ static enum nm_status check_layouts(const struct session *s, bool strict, char *
         }
     }
     if (!m->head_remote) cls[n++] = (struct layout_tensor_class){"output", TENSOR_USE_MATMUL, m->output.type};
-    static const struct cpu_features plain;
-    const struct cpu_features *cpu = strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
+    const struct cpu_features *cpu = layout_cpu();
     const int level = nm_log_level;
     if (s->rank != 0) nm_log_level = 0; /* one table: every rank of a host plans the same */
     char why[512] = "";

@@ -223,6 +223,12 @@ int topo_cpu_nodes(const struct topo *t) {
     return n;
 }
 
+int topo_cuda_gpu_node(const struct topo *t) {
+    for (int i = 0; i < t->n_gpus; i++)
+        if (t->gpus[i].cuda && t->gpus[i].node >= 0) return t->nodes[t->gpus[i].node].os_index;
+    return -1;
+}
+
 int topo_cpu_nodes_in_package(const struct topo *t, int pkg) {
     int n = 0;
     for (int i = 0; i < t->n_nodes; i++) n += t->nodes[i].n_cores > 0 && t->nodes[i].package == pkg;

@@ -74,6 +74,9 @@ void topo_free(struct topo *t);
 
 /* Nodes with at least one core: the ones that get a rank. */
 int topo_cpu_nodes(const struct topo *t);
+/* The NUMA node (OS index, as libnuma counts) of the first CUDA GPU hwloc places; -1 when
+ * there is none or its node is unknown. Where the GPU rank runs (launch.h). */
+int topo_cuda_gpu_node(const struct topo *t);
 /* Nodes with cores in package `pkg`. */
 int topo_cpu_nodes_in_package(const struct topo *t, int pkg);
 

@@ -24,6 +24,7 @@ struct engine {
     /* This rank's sizes (shard.h): heads, KV heads, n_ff columns, vocabulary rows, and the
      * attn_output input: wo_k columns of which the rank's heads start at wo_off. */
     int64_t n_head_l, n_head_kv_l, n_ff_l, n_vocab_l, wo_k, wo_off;
+    size_t *vocab_bytes; /* [nranks] bytes of every rank's logits slice (all on rank 0 with -ngl) */
     int n_batch;
     int64_t n_past;
     engine_layer_hook hook;
@@ -148,10 +149,15 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     e->n_vocab_l = range_len(sh->vocab);
     e->wo_k = range_len(sh->wo_cols);
     e->wo_off = sh->wo_owned.begin - sh->wo_cols.begin;
+    e->vocab_bytes = malloc((size_t)sh->nranks * sizeof *e->vocab_bytes);
+    NM_ASSERT(e->vocab_bytes);
+    const size_t mine = (size_t)e->n_vocab_l * sizeof(float);
+    coll_allgather(coll, &mine, sizeof mine, e->vocab_bytes);
     /* Only the layers this rank computes: the GPU stage keeps its own cache for the others. */
     enum nm_status st = kv_cache_init(&e->kv, p->kv_type, m->n_layer_local, n_ctx, e->n_head_kv_l * c->head_dim,
                                       e->n_head_kv_l * c->head_dim_v, err, errlen);
     if (st) {
+        free(e->vocab_bytes);
         free(e);
         return st;
     }
@@ -206,6 +212,7 @@ void engine_free(struct engine *e) {
     nm_free(e->q8);
     nm_free(e->part);
     free(e->wo_chunks);
+    free(e->vocab_bytes);
     free(e->down_chunks);
     free(e);
 }
@@ -249,18 +256,8 @@ void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) 
 double engine_coll_seconds(const struct engine *e) { return e->coll_seconds; }
 
 void engine_gather_logits(struct engine *e, const float *local, float *full, int rows) {
-    const int nr = coll_size(e->coll);
-    size_t *bytes = malloc((size_t)nr * sizeof *bytes);
-    NM_ASSERT(bytes);
-    const uint64_t mine = (uint64_t)e->n_vocab_l * sizeof(float);
-    uint64_t *all = malloc((size_t)nr * sizeof *all);
-    NM_ASSERT(all);
-    coll_allgather(e->coll, &mine, sizeof mine, all); /* vocabulary slices, or all on rank 0 */
-    for (int r = 0; r < nr; r++) bytes[r] = (size_t)all[r];
-    free(all);
     for (int i = 0; i < rows; i++)
-        coll_allgatherv(e->coll, local + (int64_t)i * e->n_vocab_l, bytes, full + (int64_t)i * e->m->cfg.n_vocab);
-    free(bytes);
+        coll_allgatherv(e->coll, local + (int64_t)i * e->n_vocab_l, e->vocab_bytes, full + (int64_t)i * e->m->cfg.n_vocab);
 }
 
 /* A row-parallel matmul and its allreduce: out = sum over ranks of this rank's columns of W

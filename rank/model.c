@@ -329,21 +329,13 @@ static void *copy_slice(struct binder *b, const struct gguf_tensor *t, struct ra
     return dst;
 }
 
-/* The layout every matmul weight of this process gets (layout.h), from the CPU the kernels run
- * on: the plain-C path (NM_ISA=ref) plans for a CPU without extensions. */
-static enum weight_layout matmul_layout(enum dtype type) {
-    static const struct cpu_features plain;
-    const struct cpu_features *cpu = strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
-    return layout_plan(TENSOR_USE_MATMUL, type, cpu, NULL);
-}
-
 /* This rank's slice of a matmul weight, in the layout the planner picks: rows `rows` and values
  * `cols` of a {k, n} tensor copied as GGUF rows, or repacked (weight_pack, the only producer of
  * packed layouts) straight from the mapped file into the arena, on the pool's threads. */
 static struct weight load_matmul_slice(struct binder *b, const struct gguf_tensor *t, struct range rows,
                                        struct range cols) {
     const enum dtype type = (enum dtype)t->type;
-    const enum weight_layout layout = matmul_layout(type);
+    const enum weight_layout layout = layout_plan(TENSOR_USE_MATMUL, type, layout_cpu(), NULL);
     if (layout == WEIGHT_LAYOUT_ROWS)
         return weight_rows(type, range_len(cols), range_len(rows), copy_slice(b, t, rows, cols));
     const size_t src_stride = dtype_row_size(type, t->ne[0]);

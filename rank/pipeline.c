@@ -64,6 +64,14 @@ struct pipe_reply {
     char msg[508];
 };
 
+/* The GPU rank's answer to a request: its status, and its message when it failed. */
+static enum nm_status recv_reply(struct coll *world, int peer, char *err, size_t errlen) {
+    struct pipe_reply rep;
+    coll_recv(world, &rep, sizeof rep, peer, PIPE_TAG_REPLY);
+    if (rep.status == NM_OK) return NM_OK;
+    return nm_errf(err, errlen, (enum nm_status)rep.status, "GPU rank: %.*s", (int)sizeof rep.msg, rep.msg);
+}
+
 struct remote {
     struct coll *world;
     int peer;
@@ -77,9 +85,8 @@ static enum nm_status remote_eval(void *ctx, const float *hidden, int n, int64_t
                                .logits = !logits ? PIPE_LOGITS_NONE : logits_all ? PIPE_LOGITS_ALL : PIPE_LOGITS_LAST};
     coll_send(r->world, &q, sizeof q, r->peer, PIPE_TAG_REQ);
     coll_send(r->world, hidden, (size_t)n * (size_t)r->n_embd * sizeof(float), r->peer, PIPE_TAG_HIDDEN);
-    struct pipe_reply rep;
-    coll_recv(r->world, &rep, sizeof rep, r->peer, PIPE_TAG_REPLY);
-    if (rep.status != NM_OK) return nm_errf(err, errlen, (enum nm_status)rep.status, "GPU rank: %.*s", 508, rep.msg);
+    enum nm_status st = recv_reply(r->world, r->peer, err, errlen);
+    if (st) return st;
     if (logits) {
         const size_t rows = logits_all ? (size_t)n : 1;
         coll_recv(r->world, logits, rows * (size_t)r->n_vocab * sizeof(float), r->peer, PIPE_TAG_LOGITS);
@@ -94,9 +101,8 @@ static enum nm_status remote_topk(void *ctx, int k, const int32_t *tokens, int n
     const struct pipe_req q = {.op = PIPE_TOPK, .logits = k, .device = n_tokens, .penalty = penalty};
     coll_send(r->world, &q, sizeof q, r->peer, PIPE_TAG_REQ);
     coll_send(r->world, tokens, (size_t)n_tokens * sizeof *tokens, r->peer, PIPE_TAG_TOKENS);
-    struct pipe_reply rep;
-    coll_recv(r->world, &rep, sizeof rep, r->peer, PIPE_TAG_REPLY);
-    if (rep.status != NM_OK) return nm_errf(err, errlen, (enum nm_status)rep.status, "GPU rank: %.*s", 508, rep.msg);
+    enum nm_status st = recv_reply(r->world, r->peer, err, errlen);
+    if (st) return st;
     uint8_t *buf = malloc((size_t)k * 8);
     NM_ASSERT(buf);
     coll_recv(r->world, buf, (size_t)k * 8, r->peer, PIPE_TAG_CANDS);
@@ -133,9 +139,8 @@ enum nm_status pipeline_remote_open(struct pipeline_stage *out, struct coll *wor
     const struct pipe_req q = {.op = PIPE_OPEN, .n = p->n_batch, .pos0 = p->layer_first, .n_ctx = p->n_ctx,
                                .logits = (int32_t)p->kv_type, .device = p->device};
     coll_send(world, &q, sizeof q, peer, PIPE_TAG_REQ);
-    struct pipe_reply rep;
-    coll_recv(world, &rep, sizeof rep, peer, PIPE_TAG_REPLY);
-    if (rep.status != NM_OK) return nm_errf(err, errlen, (enum nm_status)rep.status, "GPU rank: %.*s", 508, rep.msg);
+    enum nm_status st = recv_reply(world, peer, err, errlen);
+    if (st) return st;
     struct remote *r = calloc(1, sizeof *r);
     NM_ASSERT(r);
     *r = (struct remote){.world = world, .peer = peer, .n_embd = cfg->n_embd, .n_vocab = cfg->n_vocab};

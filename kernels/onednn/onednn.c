@@ -125,17 +125,6 @@ static struct {
     size_t scr_bytes;
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-const char *kern_onednn_status_str(enum kern_onednn_status s) {
-    switch (s) {
-    case KERN_ONEDNN_OK: return "ok";
-    case KERN_ONEDNN_UNAVAILABLE: return "oneDNN unavailable";
-    case KERN_ONEDNN_UNSUPPORTED: return "unsupported by the oneDNN wrapper";
-    case KERN_ONEDNN_LAYOUT_REFUSED: return "oneDNN layout refused (not the plain GGUF rows)";
-    case KERN_ONEDNN_LIBRARY_ERROR: return "oneDNN call failed";
-    }
-    return "?";
-}
-
 __attribute__((format(printf, 3, 4))) static void say(char *why, size_t len, const char *fmt, ...) {
     if (!why || !len) return;
     va_list ap;

@@ -50,7 +50,7 @@ endif()
 
 if(NM_DNNL_LINK)
   set(NM_HAVE_DNNL ON)
-  add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn.c)
+  add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn.c ${NM_ONEDNN_DIR}/onednn_status.c)
   target_compile_definitions(nm_onednn PRIVATE NM_HAVE_DNNL)
   target_include_directories(nm_onednn PRIVATE ${NM_DNNL_HDR})
   target_link_libraries(nm_onednn PRIVATE ${NM_DNNL_LINK})
@@ -69,7 +69,7 @@ if(NM_DNNL_LINK)
   message(STATUS "numallm: oneDNN ${NM_DNNL_VERSION} found (${NM_DNNL_LINK}; CPU runtime ${NM_DNNL_RUNTIME}, ${_dnnl_threads}): "
                  "oneDNN matmul candidate built (kernels/onednn)")
 else()
-  add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn_none.c)
+  add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn_none.c ${NM_ONEDNN_DIR}/onednn_status.c)
   if(_dnnl_said)
     # the reason is above
   elseif(NM_ONEDNN)
