@@ -3,6 +3,8 @@
  * filled by kernels/x86-avx512/. */
 #include "cpu.h"
 
+#include "ops.h"
+
 #include <cpuid.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -147,6 +149,7 @@ static void tables_init(void) {
     SET_REF(Q6_K)
 #undef SET_REF
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
+    g_ref.swiglu = op_swiglu_ref;
     g_ref.pk_gemm = pk_gemm_ref;
 
     /* The avx512 table starts as a copy of ref, so a type without a fast kernel still works;

@@ -39,6 +39,8 @@ struct kern_isa {
     /* Added (issue 4). The packed layouts' kernel (packed.h: struct pk_args); pk_gemm_ref in the
      * ref table. */
     void (*pk_gemm)(const struct pk_args *a);
+    /* op_swiglu_ref twin (ops.h). */
+    void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
 };
 
 /* CPUID, read once (and the AMX permission requested once, see amx_os_perm). */

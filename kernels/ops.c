@@ -39,7 +39,9 @@ void op_rope(float *x, const float *cos_sin, int64_t n_rot, int neox) {
     }
 }
 
-void op_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+void op_swiglu(float *out, const float *gate, const float *up, int64_t n) { kern_isa_get()->swiglu(out, gate, up, n); }
+
+void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -110,8 +112,9 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
 
 /* ---- prompt attention (flash-style) ------------------------------------------------------ */
 
-size_t op_attention_queries_scratch(int64_t head_dim_v) {
-    return (size_t)ATTN_Q_BLOCK * (ATTN_KV_BLOCK + (size_t)head_dim_v);
+size_t op_attention_queries_scratch(int64_t head_dim, int64_t head_dim_v) {
+    const size_t ref = ATTN_KV_BLOCK + (size_t)head_dim_v;
+    return NM_MAX(ref, attn_queries_avx512_scratch(head_dim, head_dim_v));
 }
 
 typedef void (*attn_q_fn)(float *, int64_t, const float *, int64_t, int64_t, int64_t, const void *, const void *,

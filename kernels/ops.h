@@ -1,6 +1,7 @@
 /* Element-wise and attention operations of the forward pass, plain C (a small share of a step
- * next to the matmuls), except attention, whose cost grows with the context: it runs an AVX-512
- * twin when that ISA path was chosen, with op_attention_head_ref as reference. Each has a
+ * next to the matmuls), except attention, whose cost grows with the context, and SwiGLU, whose
+ * exponentials were 6% of a prompt: they run AVX-512 twins when that ISA path was chosen, with
+ * the _ref functions as references. Each has a
  * contract that the reference implementation in tests/reference mirrors in float64. */
 #ifndef NM_OPS_H
 #define NM_OPS_H
@@ -23,8 +24,10 @@ void op_rope(float *x, const float *cos_sin, int64_t n_rot, int neox);
 void op_rope_cache(float *cos_sin, int64_t pos, int64_t n_rot, float base, float freq_scale,
                    const float *freq_factors);
 
-/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may equal gate. */
+/* out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may equal gate. Runs the
+ * ISA path's version (AVX-512: a polynomial exp, within a few ulp of expf); _ref is plain C. */
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
+void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 /* x[i] += y[i] */
 void op_add(float *x, const float *y, int64_t n);
@@ -45,12 +48,13 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
  * and v must be present). q row i starts at q + i * q_stride, out row i at out + i * out_stride
  * (head_dim_v floats). Keys are taken in blocks of ATTN_KV_BLOCK with an online softmax (running
  * max and sum per query, the output rescaled when the max grows), so no [n_q][n_kv] score matrix
- * exists; the AVX-512 version also takes queries in groups of ATTN_Q_BLOCK so each K/V row
- * loaded serves the group. k, v, kv_type, strides, head dims and scale as op_attention_head.
- * scratch: op_attention_queries_scratch(head_dim_v) floats. Runs the ISA path's version. */
+ * exists; the AVX-512 version takes queries in blocks of ATTN_Q_BLOCK (one per vector lane, two
+ * vectors) so every K/V value loaded serves the block. k, v, kv_type, strides, head dims and
+ * scale as op_attention_head. scratch: op_attention_queries_scratch(head_dim, head_dim_v)
+ * floats. Runs the ISA path's version. */
 #define ATTN_KV_BLOCK 64
-#define ATTN_Q_BLOCK 4
-size_t op_attention_queries_scratch(int64_t head_dim_v);
+#define ATTN_Q_BLOCK 32
+size_t op_attention_queries_scratch(int64_t head_dim, int64_t head_dim_v);
 void op_attention_queries(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
                           const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                           int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);

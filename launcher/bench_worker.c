@@ -96,6 +96,7 @@ struct worker {
     /* Progress within a repetition, reported by rank 0 at most once a second (long runs). */
     int ti, rep, done, total;
     uint64_t last_ns;
+    bool profile; /* NM_PROFILE=1: each test's time by forward-pass phase on stderr */
     char err[1024];
 };
 
@@ -203,7 +204,9 @@ static enum nm_status run_tests(struct worker *w) {
             if (t->n_prompt > 0 && (st = eval_prompt(w, t->n_prompt))) return st;
             if (t->n_gen > 0 && (st = eval_gen(w, 1))) return st;
         }
-        uint64_t ns[WORKER_MAX_REPS];
+        uint64_t ns[WORKER_MAX_REPS], ns_all = 0;
+        double ph0[ENGINE_PH_N], ph1[ENGINE_PH_N];
+        engine_phase_seconds(s->e, ph0);
         for (int r = 0; r < o->reps; r++) {
             tick_start(w, ti, r + 1, t->n_prompt + t->n_gen);
             engine_truncate(s->e, t->n_depth);
@@ -215,6 +218,14 @@ static enum nm_status run_tests(struct worker *w) {
              * slowest rank so that rank 0's clock covers the whole job. */
             coll_barrier(s->coll);
             ns[r] = nm_time_ns() - t0;
+            ns_all += ns[r];
+        }
+        if (s->rank == 0 && w->profile) { /* NM_PROFILE=1: where the timed repetitions went */
+            char line[512];
+            engine_phase_seconds(s->e, ph1);
+            engine_phase_report(ph0, ph1, (double)ns_all * 1e-9, line, sizeof line);
+            fprintf(stderr, "profile: test %d (pp %d, tg %d, depth %d), rank 0: %s\n", ti, t->n_prompt, t->n_gen,
+                    t->n_depth, line);
         }
         if (s->rank == 0) {
             char line[64 * 24] = "";
@@ -242,7 +253,8 @@ int bench_worker_main(int argc, char **argv) {
     const int lrc = session_launch(&req, &o.so);
     if (lrc >= 0) return lrc;
     struct session s;
-    struct worker w = {.s = &s, .o = &o, .ids = {.state = 0x9E3779B97F4A7C15ull}};
+    const char *prof = getenv("NM_PROFILE");
+    struct worker w = {.s = &s, .o = &o, .ids = {.state = 0x9E3779B97F4A7C15ull}, .profile = prof && *prof && strcmp(prof, "0")};
     enum nm_status st = session_open(&s, &o.so, w.err, sizeof w.err);
     if (!st) {
         int64_t n_ctx = 1;

@@ -142,6 +142,7 @@ struct gen {
     int32_t eos;
     int n_eval;             /* forward passes made while generating */
     double t_gen;
+    double ph_prompt[ENGINE_PH_N], ph_gen[ENGINE_PH_N]; /* engine phase seconds (NM_PROFILE) */
 };
 
 static bool is_end(const struct gen *g, int32_t tok) {
@@ -169,6 +170,8 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
     /* With the head on the GPU and a top-k sampler, only the candidates come back (no logits). */
     const bool on_stage = engine_samples_on_stage(s->e, g->smp) && !g->dump;
     const double t0 = nm_time_s();
+    double ph0[ENGINE_PH_N], ph1[ENGINE_PH_N];
+    engine_phase_seconds(s->e, ph0);
     for (long long i = 0; i < g->o->n_predict; i++) {
         const int32_t tok = engine_sample(s->e, g->smp, g->logits);
         sampler_accept(g->smp, tok);
@@ -200,6 +203,8 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
         fwrite(p, 1, n, stdout);
     }
     g->t_gen += nm_time_s() - t0;
+    engine_phase_seconds(s->e, ph1);
+    for (int i = 0; i < ENGINE_PH_N; i++) g->ph_gen[i] += ph1[i] - ph0[i];
     return NM_OK;
 }
 
@@ -219,6 +224,19 @@ static void print_summary(const struct gen *g, int n_prompt, double t_prompt, do
                     g->t_gen * 1e3, g->n_eval, g->t_gen * 1e3 / g->n_eval, tps);
         nm_log_info("generation reads %.1f MiB of weights per token per rank: %.2f GB/s per rank", bytes / (1 << 20),
                     bytes * tps / 1e9);
+    }
+    const char *prof = getenv("NM_PROFILE");
+    if (prof && *prof && strcmp(prof, "0")) { /* time by forward-pass phase, prompt and generation */
+        char line[512];
+        const double zero[ENGINE_PH_N] = {0};
+        if (n_prompt > 0) {
+            engine_phase_report(zero, g->ph_prompt, t_prompt, line, sizeof line);
+            nm_log_info("profile, prompt:     %s", line);
+        }
+        if (g->n_eval > 0) {
+            engine_phase_report(zero, g->ph_gen, g->t_gen, line, sizeof line);
+            nm_log_info("profile, generation: %s", line);
+        }
     }
     if (s->nranks > 1)
         nm_log_info("allreduce share: prompt %.1f%%, generation %.1f%% (transport %s)",
@@ -312,8 +330,12 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
     }
 
     const double t0 = nm_time_s();
+    double ph0[ENGINE_PH_N];
+    engine_phase_seconds(s->e, ph0);
     if ((st = engine_eval(s->e, prompt, (int)n_prompt, all, logits, err, errlen))) goto out;
     const double t_prompt = nm_time_s() - t0, coll_prompt = engine_coll_seconds(s->e);
+    engine_phase_seconds(s->e, g.ph_prompt);
+    for (int i = 0; i < ENGINE_PH_N; i++) g.ph_prompt[i] -= ph0[i];
     engine_set_layer_hook(s->e, NULL, NULL);
     if (dly.files && (st = dump_layers_close(&dly, err, errlen))) goto out;
     if (all) {

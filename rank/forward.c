@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,7 @@ struct engine {
     const struct model *m;
     struct pool *pool;
     struct coll *coll;
-    double coll_seconds;
+    double t_phase[ENGINE_PH_N]; /* wall seconds per phase since engine_init (engine_phase_seconds) */
     struct kv_cache kv;
     /* This rank's sizes (shard.h): heads, KV heads, n_ff columns, vocabulary rows, and the
      * attn_output input: wo_k columns of which the rank's heads start at wo_off. */
@@ -65,6 +66,13 @@ struct engine {
 };
 
 static float *alloc_f32(int64_t n, const char *what) { return nm_alloc((size_t)n * sizeof(float), 64, what); }
+
+/* Phase clock: the calling thread's wall time between phase_begin and phase_end is added to the
+ * phase (pool jobs run inside, so this is the time the forward pass spends in it). */
+static uint64_t phase_begin(void) { return nm_time_ns(); }
+static void phase_end(struct engine *e, enum engine_phase ph, uint64_t t0) {
+    e->t_phase[ph] += (double)(nm_time_ns() - t0) * 1e-9;
+}
 
 /* oneDNN, where tests/bench/RESULTS.md ("oneDNN as a candidate") measured it faster than
  * numallm's kernels: F32 weights (plain rows either way) in prompts of 64+ rows on matrices of
@@ -187,7 +195,7 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         e->xg = alloc_f32(B * c->n_embd, "expert inputs");
         e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
     }
-    e->scores_stride = NM_MAX(n_ctx, (int64_t)op_attention_queries_scratch(c->head_dim_v));
+    e->scores_stride = (NM_MAX(n_ctx, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
     e->scores = alloc_f32((int64_t)pool_size(pool) * e->scores_stride, "attention scratch");
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
@@ -253,7 +261,34 @@ void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) 
     e->hook = hook;
     e->hook_ctx = ctx;
 }
-double engine_coll_seconds(const struct engine *e) { return e->coll_seconds; }
+double engine_coll_seconds(const struct engine *e) { return e->t_phase[ENGINE_PH_COLL]; }
+
+void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]) {
+    memcpy(out, e->t_phase, sizeof e->t_phase);
+}
+
+const char *engine_phase_name(enum engine_phase ph) {
+    static const char *names[ENGINE_PH_N] = {"matmul", "attention", "row-wise", "allreduce", "head", "gpu stage"};
+    return ph < ENGINE_PH_N ? names[ph] : "?";
+}
+
+size_t engine_phase_report(const double before[ENGINE_PH_N], const double after[ENGINE_PH_N], double total_s,
+                           char *buf, size_t len) {
+    size_t used = 0;
+    double sum = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ENGINE_PH_N; i++) {
+        const double d = after[i] - before[i];
+        sum += d;
+        if (d > 0 && used < len)
+            used += (size_t)snprintf(buf + used, len - used, "%s%s %.1f%%", used ? ", " : "",
+                                     engine_phase_name((enum engine_phase)i), total_s > 0 ? 100 * d / total_s : 0.0);
+    }
+    if (used < len)
+        snprintf(buf + used, len - used, "%sother %.1f%%", used ? ", " : "",
+                 total_s > 0 ? 100 * (total_s - sum) / total_s : 0.0);
+    return used;
+}
 
 void engine_gather_logits(struct engine *e, const float *local, float *full, int rows) {
     for (int i = 0; i < rows; i++)
@@ -265,22 +300,25 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
  * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
  * is rounded to f32 once, so every rank count gives the same bits. */
 static void allreduce_partials(struct engine *e, int64_t n, float *out) {
-    const uint64_t t0 = nm_time_ns();
+    const uint64_t t0 = phase_begin();
     coll_allreduce_sum_f64(e->coll, e->part, e->part, (size_t)n);
     for (int64_t i = 0; i < n; i++) out[i] = (float)e->part[i];
-    e->coll_seconds += (double)(nm_time_ns() - t0) * 1e-9;
+    phase_end(e, ENGINE_PH_COLL, t0);
 }
 
 static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
                                     const struct kern_chunk *chunks, int n_chunks, float *out) {
+    const uint64_t t0 = phase_begin();
     kern_matmul_chunked_f64(e->pool, w, in, chunks, n_chunks, e->part, w->n);
+    phase_end(e, ENGINE_PH_MATMUL, t0);
     allreduce_partials(e, (int64_t)in->m * w->n, out);
 }
 
 /* y = W x for a chunk: the input is wrapped so that its int8 quantization is made once. */
 static void matmul(struct engine *e, const struct weight *w, struct act *in, float *y) {
-    if (e->onednn && onednn_worth(e, w, in->m) && matmul_onednn(e, w, in, y)) return;
-    kern_matmul(e->pool, w, in, y, w->n);
+    const uint64_t t0 = phase_begin();
+    if (!(e->onednn && onednn_worth(e, w, in->m) && matmul_onednn(e, w, in, y))) kern_matmul(e->pool, w, in, y, w->n);
+    phase_end(e, ENGINE_PH_MATMUL, t0);
 }
 
 static struct act act_of(struct engine *e, const float *x, int n, int64_t k) {
@@ -307,12 +345,14 @@ static void rows_worker(void *ctx, int ith, int nth) {
 }
 
 static void run_rows(struct engine *e, rows_fn fn, const void *arg, int n, int64_t values_per_row) {
+    const uint64_t t0 = phase_begin();
     if (n < 2 || (int64_t)n * values_per_row < ROWS_INLINE_VALUES) {
         fn(e, arg, 0, n);
-        return;
+    } else {
+        struct rows_job j = {.e = e, .fn = fn, .arg = arg, .n = n};
+        pool_run(e->pool, rows_worker, &j);
     }
-    struct rows_job j = {.e = e, .fn = fn, .arg = arg, .n = n};
-    pool_run(e->pool, rows_worker, &j);
+    phase_end(e, ENGINE_PH_ROWS, t0);
 }
 
 /* y[i] = rmsnorm(x[i]) * w over rows; y (+)= x for the residual; silu(gate) * up. */
@@ -368,7 +408,7 @@ struct attn_job {
 
 /* Queries of one head per prompt work item: enough to reuse each K/V row loaded, few enough that
  * every thread gets several items. */
-#define ATTN_ITEM_QUERIES 32
+#define ATTN_ITEM_QUERIES ATTN_Q_BLOCK
 
 /* Token i attends to positions 0 .. pos0+i. Decode (one token): one local head per work item,
  * op_attention_head. Prompts: ATTN_ITEM_QUERIES consecutive queries of one head per work item,
@@ -450,7 +490,9 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     run_rows(e, rope_fn, &ra, n, qd + kd);
 
     struct attn_job job = {.e = e, .layer = il, .n = n, .pos0 = pos0};
+    const uint64_t t0 = phase_begin();
     pool_run(e->pool, attn_worker, &job);
+    phase_end(e, ENGINE_PH_ATTN, t0);
 
     struct act att = act_of(e, e->att, n, e->wo_k);
     matmul_rowpar_allreduce(e, &L->wo, &att, e->wo_chunks, e->n_wo_chunks, e->proj);
@@ -570,18 +612,28 @@ static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t p
 
     if (m->head_remote) { /* the GPU rank's layers and head; rank 0 alone talks to it */
         char err[512];
+        const uint64_t t0 = phase_begin();
         if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, e->x, n, pos0, logits_all, logits, err, sizeof err))
             nm_fatal("%s", err);
+        phase_end(e, ENGINE_PH_STAGE, t0);
         return;
     }
     if (!logits && !e->hook) return;
+    /* The head's norm and matmul count as the head, not as layer work. */
+    double layers[ENGINE_PH_N];
+    memcpy(layers, e->t_phase, sizeof layers);
+    const uint64_t t0 = phase_begin();
     norm_rows(e, e->xn, e->x, m->output_norm, n, E, c->rms_eps);
     hook(e, c->n_layer, pos0, e->xn, n);
-    if (!logits) return;
-    const int first = logits_all ? 0 : n - 1, rows = n - first;
-    struct act out = act_of(e, e->xn + (int64_t)first * E, rows, E);
-    matmul(e, &m->output, &out, logits);
-    add_bias(logits, m->output_bias, rows, e->n_vocab_l);
+    if (logits) {
+        const int first = logits_all ? 0 : n - 1, rows = n - first;
+        struct act out = act_of(e, e->xn + (int64_t)first * E, rows, E);
+        matmul(e, &m->output, &out, logits);
+        add_bias(logits, m->output_bias, rows, e->n_vocab_l);
+    }
+    memcpy(e->t_phase, layers, sizeof layers);
+    phase_end(e, ENGINE_PH_HEAD, t0);
+
 }
 
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,

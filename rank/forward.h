@@ -68,4 +68,22 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
 /* Seconds spent in allreduces since engine_init (for the allreduce share of a step). */
 double engine_coll_seconds(const struct engine *e);
 
+/* Where the forward pass spends its time: wall seconds per phase since engine_init, measured on
+ * the calling thread around each phase (its pool jobs included). Rows of NM_PROFILE=1. */
+enum engine_phase {
+    ENGINE_PH_MATMUL,  /* the layers' matmuls (activation quantization included) */
+    ENGINE_PH_ATTN,    /* attention over the KV cache */
+    ENGINE_PH_ROWS,    /* norms, Q/K norms + RoPE + KV stores, SwiGLU, residual adds */
+    ENGINE_PH_COLL,    /* allreduces of the row-parallel outputs */
+    ENGINE_PH_HEAD,    /* output norm and head */
+    ENGINE_PH_STAGE,   /* the GPU stage's layers (-ngl), waited for */
+    ENGINE_PH_N
+};
+void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]);
+const char *engine_phase_name(enum engine_phase ph);
+/* "matmul 61.2%, attention 20.3%, ..., other 1.0%": each phase's share of total_s between two
+ * engine_phase_seconds snapshots; other = total_s minus the phases. */
+size_t engine_phase_report(const double before[ENGINE_PH_N], const double after[ENGINE_PH_N], double total_s,
+                           char *buf, size_t len);
+
 #endif

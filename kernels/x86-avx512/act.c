@@ -1,4 +1,4 @@
-/* AVX-512 quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
+/* AVX-512 activation kernels: SwiGLU (below), and quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
  * the same float operations (amax / 127, 1 / d, x * (1 / d)) and the same rounding (to nearest
  * even, the MXCSR default that vcvtps2dq uses and nearbyintf follows). */
 #include <math.h>
@@ -26,4 +26,20 @@ static void quantize_act_q8x_avx512(const float *x, block_q8x *y, int64_t n) {
     }
 }
 
-void avx512_fill_act(struct kern_isa *t) { t->quantize_act_q8x = quantize_act_q8x_avx512; }
+
+/* out = silu(gate) * up = gate / (1 + exp(-gate)) * up, 16 lanes at a time (op_swiglu_ref with
+ * nm_exp_ps for expf: within a few ulp of it). */
+static void swiglu_avx512(float *out, const float *gate, const float *up, int64_t n) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g));
+        _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+    }
+}
+
+void avx512_fill_act(struct kern_isa *t) {
+    t->quantize_act_q8x = quantize_act_q8x_avx512;
+    t->swiglu = swiglu_avx512;
+}

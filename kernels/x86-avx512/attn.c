@@ -7,24 +7,9 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* exp(x) for x <= 0 (scores minus their max), 16 lanes: 2^(x log2 e) = 2^n * 2^f, f in
- * [-0.5, 0.5], 2^f by a degree-6 polynomial; lanes below -87 flush to 0. */
-static inline __m512 exp_neg_ps(__m512 x) {
-    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 t = _mm512_mul_ps(x, log2e);
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_mul_ps(_mm512_sub_ps(t, n), _mm512_set1_ps(0.69314718055994531f)); /* ln 2 * frac */
-    /* e^f, |f| <= 0.347: Taylor to degree 6 (error < 1e-7 relative). */
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
+#include "../base.h"
+#include "../ops.h"
+#include "simd.h"
 
 /* 16 values of a KV row as f32 (masked tail). */
 static inline __m512 load16(const void *row, int64_t i, int64_t n, enum dtype t) {
@@ -56,13 +41,13 @@ void attn_head_avx512(float *out, const float *q, const void *k, const void *v, 
     __m512 vsum = _mm512_setzero_ps();
     int64_t t = 0;
     for (; t + 16 <= n_kv; t += 16) {
-        const __m512 e = exp_neg_ps(_mm512_sub_ps(_mm512_loadu_ps(scratch + t), vmax));
+        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scratch + t), vmax));
         _mm512_storeu_ps(scratch + t, e);
         vsum = _mm512_add_ps(vsum, e);
     }
     if (t < n_kv) {
         const __mmask16 m = (__mmask16)((1u << (n_kv - t)) - 1);
-        const __m512 e = exp_neg_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + t), vmax));
+        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + t), vmax));
         _mm512_mask_storeu_ps(scratch + t, m, e);
         vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
     }
@@ -86,93 +71,167 @@ void attn_head_avx512(float *out, const float *q, const void *k, const void *v, 
     }
 }
 
-/* ---- prompt attention: groups of ATTN_Q_BLOCK queries x blocks of ATTN_KV_BLOCK keys ------- */
-
-#include "../ops.h"
+/* ---- prompt attention: blocks of ATTN_Q_BLOCK queries x ATTN_KV_BLOCK keys -----------------
+ *
+ * Laid out so that no step needs a horizontal sum:
+ *   - the block's queries are transposed once into QT[c][j] (query j in lane j, two vectors of
+ *     16), and a key block is converted once to f32 rows KF[t][c] (and V to VF[t][c]);
+ *   - scores S[t][j] = sum_c KF[t][c] * QT[c][j]: 8 keys x 2 query vectors per register tile,
+ *     each step one broadcast of KF[t][c] (a load) and two FMAs, so a score row is one vector
+ *     per 16 queries;
+ *   - the online softmax works on those rows with queries in lanes: the running max, the
+ *     rescale factor and the running sum are vectors, the exponentials 16 queries at a time;
+ *   - O[j][c] += sum_t P[t][j] VF[t][c]: a tile of 4 queries x 64 columns in 16 registers over
+ *     the block's keys, the rescale of the previous blocks folded into the tile's load.
+ * Lanes of queries past n_q see every key with score 0 (finite, never written out), so no lane
+ * is all -inf. */
 
 static inline __mmask16 tail_mask(int64_t left) { return left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1); }
+static inline int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
+
+#define AQ ATTN_Q_BLOCK  /* 32 queries: two vectors */
+#define AK ATTN_KV_BLOCK /* 64 keys */
+#define AKT 8            /* keys per register tile of the scores */
+#define AOQ 4            /* queries per register tile of P V */
+
+size_t attn_queries_avx512_scratch(int64_t head_dim, int64_t head_dim_v) {
+    const int64_t hp = up16(head_dim), vp = up16(head_dim_v);
+    return (size_t)(hp * AQ + AK * hp + AK * vp + AK * AQ + AQ * vp + 2 * AQ + 16);
+}
+
+/* Rows [t0, t0 + nb) of a K or V cache as f32 rows of stride dp (zero past dim; rows nb..nbp-1
+ * all zero). */
+static void kv_block_f32(float *dst, int64_t dp, const void *src, int64_t stride, enum dtype t, int64_t t0, int64_t nb,
+                         int64_t nbp, int64_t dim) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    for (int64_t r = 0; r < nbp; r++) {
+        float *d = dst + r * dp;
+        if (r >= nb) {
+            for (int64_t c = 0; c < dp; c += 16) _mm512_storeu_ps(d + c, _mm512_setzero_ps());
+            continue;
+        }
+        const uint8_t *row = (const uint8_t *)src + (size_t)((t0 + r) * stride) * es;
+        for (int64_t c = 0; c < dp; c += 16) _mm512_storeu_ps(d + c, c < dim ? load16(row, c, dim, t) : _mm512_setzero_ps());
+    }
+}
+
+/* O rows j0..j0+AOQ-1, columns c0..c0+16*NV-1: O = O * corr + sum_t P[t][j] VF[t][c]. One
+ * function per NV (a literal, so the 4 x NV accumulators stay in registers). */
+#define ATTN_PV_TILE(NV)                                                                                        \
+    static void attn_pv_tile##NV(float *O, int64_t vp, const float *P, const float *VF, const float *corr,    \
+                                 int64_t nb, int j0, int64_t c0) {                                            \
+        __m512 acc[AOQ][NV];                                                                                  \
+        NM_UNROLL for (int jj = 0; jj < AOQ; jj++) {                                                          \
+            const __m512 cr = _mm512_set1_ps(corr[j0 + jj]);                                                  \
+            NM_UNROLL for (int i = 0; i < NV; i++)                                                            \
+                acc[jj][i] = _mm512_mul_ps(_mm512_loadu_ps(O + (j0 + jj) * vp + c0 + 16 * i), cr);            \
+        }                                                                                                     \
+        for (int64_t t = 0; t < nb; t++) {                                                                    \
+            __m512 vv[NV];                                                                                    \
+            NM_UNROLL for (int i = 0; i < NV; i++) vv[i] = _mm512_loadu_ps(VF + t * vp + c0 + 16 * i);        \
+            NM_UNROLL for (int jj = 0; jj < AOQ; jj++) {                                                      \
+                const __m512 p = _mm512_set1_ps(P[t * AQ + j0 + jj]);                                         \
+                NM_UNROLL for (int i = 0; i < NV; i++) acc[jj][i] = _mm512_fmadd_ps(p, vv[i], acc[jj][i]);    \
+            }                                                                                                 \
+        }                                                                                                     \
+        NM_UNROLL for (int jj = 0; jj < AOQ; jj++)                                                            \
+            NM_UNROLL for (int i = 0; i < NV; i++) _mm512_storeu_ps(O + (j0 + jj) * vp + c0 + 16 * i, acc[jj][i]); \
+    }
+ATTN_PV_TILE(4)
+ATTN_PV_TILE(3)
+ATTN_PV_TILE(2)
+ATTN_PV_TILE(1)
+#undef ATTN_PV_TILE
 
 void attn_queries_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
                          const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                          int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
-    const size_t es = kv_type == DTYPE_F16 ? 2 : 4;
-    float *S = scratch;                       /* [ATTN_Q_BLOCK][ATTN_KV_BLOCK] scores of this block */
-    float *O = scratch + ATTN_Q_BLOCK * ATTN_KV_BLOCK; /* [ATTN_Q_BLOCK][head_dim_v] */
-    for (int64_t i0 = 0; i0 < n_q; i0 += ATTN_Q_BLOCK) {
-        const int nq = (int)(n_q - i0 < ATTN_Q_BLOCK ? n_q - i0 : ATTN_Q_BLOCK);
-        const int64_t kv_end = pos0 + i0 + nq; /* the group's last query sees [0, kv_end) */
-        float m[ATTN_Q_BLOCK], l[ATTN_Q_BLOCK];
-        for (int j = 0; j < nq; j++) {
-            m[j] = -INFINITY;
-            l[j] = 0.0f;
-            for (int64_t c = 0; c < head_dim_v; c++) O[j * head_dim_v + c] = 0.0f;
-        }
-        for (int64_t t0 = 0; t0 < kv_end; t0 += ATTN_KV_BLOCK) {
-            const int64_t nb = kv_end - t0 < ATTN_KV_BLOCK ? kv_end - t0 : ATTN_KV_BLOCK;
-            /* scores: each K row is read once for the group */
-            for (int64_t t = 0; t < nb; t++) {
-                const uint8_t *kt = (const uint8_t *)k + (size_t)((t0 + t) * k_stride) * es;
-                __m512 acc[ATTN_Q_BLOCK];
-                for (int j = 0; j < nq; j++) acc[j] = _mm512_setzero_ps();
-                for (int64_t c = 0; c < head_dim; c += 16) {
-                    const __mmask16 mk = tail_mask(head_dim - c);
-                    const __m512 kv = load16(kt, c, head_dim, kv_type);
-                    for (int j = 0; j < nq; j++)
-                        acc[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, q + (i0 + j) * q_stride + c), kv, acc[j]);
+    const int64_t hd = head_dim, hp = up16(head_dim), vp = up16(head_dim_v);
+    float *QT = scratch;          /* [hd][AQ] */
+    float *KF = QT + hp * AQ;     /* [AK][hp] */
+    float *VF = KF + AK * hp;     /* [AK][vp] */
+    float *P = VF + AK * vp;      /* [AK][AQ] scores, then probabilities */
+    float *O = P + AK * AQ;       /* [AQ][vp] */
+    float *corr = O + AQ * vp;    /* [AQ] */
+    float *linv = corr + AQ;      /* [AQ] */
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 vscale = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int64_t i0 = 0; i0 < n_q; i0 += AQ) {
+        const int nq = (int)(n_q - i0 < AQ ? n_q - i0 : AQ);
+        const int nqo = (nq + AOQ - 1) / AOQ * AOQ; /* rows of O computed (whole P V tiles) */
+        for (int64_t c = 0; c < hd; c++)
+            for (int j = 0; j < AQ; j++) QT[c * AQ + j] = j < nq ? q[(i0 + j) * q_stride + c] : 0.0f;
+        for (int j = 0; j < nqo; j++)
+            for (int64_t c = 0; c < vp; c += 16) _mm512_storeu_ps(O + j * vp + c, _mm512_setzero_ps());
+        __m512 m[2] = {ninf, ninf}, l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+        const int64_t kv_end = pos0 + i0 + nq; /* the block's last query sees [0, kv_end) */
+        for (int64_t t0 = 0; t0 < kv_end; t0 += AK) {
+            const int64_t nb = kv_end - t0 < AK ? kv_end - t0 : AK, nbp = (nb + AKT - 1) / AKT * AKT;
+            kv_block_f32(KF, hp, k, k_stride, kv_type, t0, nb, nbp, hd);
+            kv_block_f32(VF, vp, v, v_stride, kv_type, t0, nb, nb, head_dim_v);
+            /* S[t][j]; key t0 + t is hidden from query j (lane) when t0 + t > pos0 + i0 + j */
+            __m512 bm[2] = {ninf, ninf};
+            for (int64_t tb = 0; tb < nbp; tb += AKT) {
+                __m512 acc[AKT][2];
+                NM_UNROLL for (int i = 0; i < AKT; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+                const float *kt = KF + tb * hp;
+                for (int64_t c = 0; c < hd; c++) {
+                    const __m512 qa = _mm512_loadu_ps(QT + c * AQ), qb = _mm512_loadu_ps(QT + c * AQ + 16);
+                    NM_UNROLL for (int i = 0; i < AKT; i++) {
+                        const __m512 kb = _mm512_set1_ps(kt[i * hp + c]);
+                        acc[i][0] = _mm512_fmadd_ps(kb, qa, acc[i][0]);
+                        acc[i][1] = _mm512_fmadd_ps(kb, qb, acc[i][1]);
+                    }
                 }
-                for (int j = 0; j < nq; j++)
-                    S[j * ATTN_KV_BLOCK + t] = t0 + t <= pos0 + i0 + j ? _mm512_reduce_add_ps(acc[j]) * scale : -INFINITY;
-            }
-            /* online softmax per query: new max, rescale, exponentials */
-            for (int j = 0; j < nq; j++) {
-                float *sj = S + j * ATTN_KV_BLOCK;
-                __m512 vm = _mm512_set1_ps(-INFINITY);
-                for (int64_t t = 0; t < nb; t += 16)
-                    vm = _mm512_max_ps(vm, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(nb - t), sj + t));
-                const float bm = _mm512_reduce_max_ps(vm);
-                const float mn = bm > m[j] ? bm : m[j];
-                if (mn == -INFINITY) continue; /* nothing visible yet (cannot happen: position 0 is) */
-                const float corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - mn);
-                m[j] = mn;
-                l[j] *= corr;
-                const __m512 vc = _mm512_set1_ps(corr);
-                for (int64_t c = 0; c < head_dim_v; c += 16) {
-                    const __mmask16 mk = tail_mask(head_dim_v - c);
-                    float *oj = O + j * head_dim_v + c;
-                    _mm512_mask_storeu_ps(oj, mk, _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, oj), vc));
-                }
-                __m512 vs = _mm512_setzero_ps();
-                for (int64_t t = 0; t < nb; t += 16) {
-                    const __mmask16 mk = tail_mask(nb - t);
-                    const __m512 sv = _mm512_maskz_loadu_ps(mk, sj + t);
-                    const __mmask16 live = mk & _mm512_cmp_ps_mask(sv, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ);
-                    const __m512 e = exp_neg_ps(_mm512_sub_ps(sv, _mm512_set1_ps(mn)));
-                    const __m512 e0 = _mm512_maskz_mov_ps(live, e); /* tail lanes and causally hidden keys: 0 */
-                    _mm512_mask_storeu_ps(sj + t, mk, e0);
-                    vs = _mm512_add_ps(vs, e0);
-                }
-                l[j] += _mm512_reduce_add_ps(vs);
-            }
-            /* O += P V: each V row is read once for the group */
-            for (int64_t t = 0; t < nb; t++) {
-                const uint8_t *vt = (const uint8_t *)v + (size_t)((t0 + t) * v_stride) * es;
-                for (int64_t c = 0; c < head_dim_v; c += 16) {
-                    const __mmask16 mk = tail_mask(head_dim_v - c);
-                    const __m512 vv = load16(vt, c, head_dim_v, kv_type);
-                    for (int j = 0; j < nq; j++) {
-                        float *oj = O + j * head_dim_v + c;
-                        _mm512_mask_storeu_ps(oj, mk, _mm512_fmadd_ps(_mm512_set1_ps(S[j * ATTN_KV_BLOCK + t]), vv,
-                                                                      _mm512_maskz_loadu_ps(mk, oj)));
+                NM_UNROLL for (int i = 0; i < AKT; i++) {
+                    if (tb + i >= nb) break;
+                    const float first = (float)(t0 + tb + i - pos0 - i0); /* first lane that sees the key */
+                    NM_UNROLL for (int h = 0; h < 2; h++) {
+                        const __m512 lane = _mm512_add_ps(iota, _mm512_set1_ps(16.0f * h));
+                        const __mmask16 hidden = _mm512_cmp_ps_mask(lane, _mm512_set1_ps(first), _CMP_LT_OQ) &
+                                                 _mm512_cmp_ps_mask(lane, _mm512_set1_ps((float)nq), _CMP_LT_OQ);
+                        const __m512 sv = _mm512_mask_mov_ps(_mm512_mul_ps(acc[i][h], vscale), hidden, ninf);
+                        _mm512_storeu_ps(P + (tb + i) * AQ + 16 * h, sv);
+                        bm[h] = _mm512_max_ps(bm[h], sv);
                     }
                 }
             }
+            /* online softmax, 16 queries per vector */
+            for (int h = 0; h < 2; h++) {
+                const __m512 mn = _mm512_max_ps(m[h], bm[h]); /* finite: key 0 or an earlier block */
+                const __m512 cr = nm_exp_ps(_mm512_sub_ps(m[h], mn)); /* first block: m = -inf, O = l = 0 */
+                _mm512_storeu_ps(corr + 16 * h, cr);
+                __m512 ls = _mm512_mul_ps(l[h], cr);
+                for (int64_t t = 0; t < nb; t++) {
+                    const __m512 sv = _mm512_loadu_ps(P + t * AQ + 16 * h);
+                    const __mmask16 live = _mm512_cmp_ps_mask(sv, ninf, _CMP_NEQ_OQ);
+                    const __m512 e = _mm512_maskz_mov_ps(live, nm_exp_ps(_mm512_sub_ps(sv, mn)));
+                    _mm512_storeu_ps(P + t * AQ + 16 * h, e);
+                    ls = _mm512_add_ps(ls, e);
+                }
+                m[h] = mn;
+                l[h] = ls;
+            }
+            /* O = O * corr + P V */
+            for (int j0 = 0; j0 < nqo; j0 += AOQ) {
+                int64_t c0 = 0;
+                for (; c0 + 64 <= vp; c0 += 64) attn_pv_tile4(O, vp, P, VF, corr, nb, j0, c0);
+                switch ((vp - c0) / 16) {
+                case 3: attn_pv_tile3(O, vp, P, VF, corr, nb, j0, c0); break;
+                case 2: attn_pv_tile2(O, vp, P, VF, corr, nb, j0, c0); break;
+                case 1: attn_pv_tile1(O, vp, P, VF, corr, nb, j0, c0); break;
+                default: break;
+                }
+            }
         }
+        _mm512_storeu_ps(linv, _mm512_div_ps(_mm512_set1_ps(1.0f), l[0]));
+        _mm512_storeu_ps(linv + 16, _mm512_div_ps(_mm512_set1_ps(1.0f), l[1]));
         for (int j = 0; j < nq; j++) {
-            const __m512 inv = _mm512_set1_ps(1.0f / l[j]);
+            const __m512 inv = _mm512_set1_ps(linv[j]);
             for (int64_t c = 0; c < head_dim_v; c += 16) {
                 const __mmask16 mk = tail_mask(head_dim_v - c);
                 _mm512_mask_storeu_ps(out + (i0 + j) * out_stride + c, mk,
-                                      _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, O + j * head_dim_v + c), inv));
+                                      _mm512_mul_ps(_mm512_loadu_ps(O + j * vp + c), inv));
             }
         }
     }

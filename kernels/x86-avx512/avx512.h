@@ -13,7 +13,7 @@ void kern_isa_avx512_fill(struct kern_isa *t);
 void avx512_fill_q(struct kern_isa *t);     /* q4_0, q4_1, q8_0: dot_q.c */
 void avx512_fill_k(struct kern_isa *t);     /* q4_k, q5_k, q6_k: dot_k.c */
 void avx512_fill_f(struct kern_isa *t);     /* f32, f16, bf16:   dot_f.c */
-void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x: act.c */
+void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x, swiglu: act.c */
 void avx512_fill_packed(struct kern_isa *t); /* pk_gemm (packed layouts): packed.c */
 
 #endif

@@ -19,6 +19,27 @@
 #define NM_INLINE static inline __attribute__((always_inline))
 #define NM_UNROLL _Pragma("GCC unroll 16")
 
+/* exp(x), 16 lanes: e^x = 2^n * e^f with n = round(x log2 e) and f = x - n ln 2 (ln 2 in two
+ * parts, so f keeps full precision for large |x|), |f| <= 0.347, e^f by its Taylor polynomial
+ * to degree 6 (relative error < 2e-7, like expf to a few ulp); x is clamped to [-87, 88], so
+ * lanes below give ~1.6e-38 rather than 0 (callers that need 0 mask them) and lanes above stay
+ * finite. */
+NM_INLINE __m512 nm_exp_ps(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  /* ln 2, high part: exact n * it */
+    f = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), f);       /* ln 2, low part */
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
 /* Largest tile any kernel uses; accumulator arrays are declared this big and only R x C of
  * them survive after unrolling. */
 #define NM_TILE_RMAX 4

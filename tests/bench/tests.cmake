@@ -18,3 +18,7 @@ if(NM_HAVE_DNNL)
   target_compile_definitions(bench_onednn PRIVATE BENCH_STREAM_NO_MAIN)
   target_link_libraries(bench_onednn PRIVATE nm_onednn nm_kernels m)
 endif()
+# Prompt attention (issue 4): op_attention_queries GFLOP/s on one thread vs the FMA peak and the
+# plain-C reference.
+add_executable(bench_attn ${CMAKE_CURRENT_LIST_DIR}/bench_attn.c)
+target_link_libraries(bench_attn PRIVATE nm_kernels m)

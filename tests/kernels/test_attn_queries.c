@@ -40,7 +40,7 @@ int main(int argc, char **argv) {
         float *want = malloc((size_t)(n_q * hdv) * 4), *sc = malloc((size_t)n_kv * 4);
         for (int64_t i = 0; i < n_q; i++)
             op_attention_head_ref(want + i * hdv, q + i * qs, k, v, kv, pos0 + i + 1, ks, vs, hd, hdv, scale, sc);
-        float *scratch = malloc(op_attention_queries_scratch(hdv) * 4);
+        float *scratch = malloc(op_attention_queries_scratch(hd, hdv) * 4);
         const int64_t ytot = n_q * os + 16;
         float *y = malloc((size_t)ytot * 4);
         for (int pass = 0; pass < 2; pass++) {

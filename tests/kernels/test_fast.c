@@ -10,6 +10,7 @@
  * Options: --seed N, --type NAME (only that type), --iters N (trials per type). */
 #include "cpu.h"
 #include "ktest.h"
+#include "ops.h"
 
 /* Tolerances on |fast - ref| / sum|w_k a_k| (see ktest.h). Both sides compute the same exact
  * integer dot product of each block (float types: the same exact f32 products; fp16/bf16
@@ -148,6 +149,43 @@ static void test_type(krng *r, const struct kern_isa *fast, enum dtype t, double
     }
 }
 
+/* swiglu: the fast twin against op_swiglu_ref on every length 1..80 (16-lane tails) and long
+ * rows, gates from normal(0, 1) to +-120 (exp(-g) overflows expf above 88: ref gives -0, the
+ * fast one a finite ~1e-37), out == gate in place as the forward pass calls it; guard values
+ * after n. Tolerance TOL_SWIGLU relative to |ref| + 1e-20 (below that an output is 0 for any
+ * use): the polynomial exp is within 2e-7 of expf, then one division and one multiply. */
+#define TOL_SWIGLU 1e-6
+static void test_swiglu(krng *r, const struct kern_isa *fast) {
+    double worst = 0.0;
+    for (int trial = 0; trial < 120; trial++) {
+        const int64_t n = trial < 80 ? 1 + trial : 1 + krng_int(r, 20000);
+        const float spread = trial % 4 == 0 ? 120.0f : trial % 4 == 1 ? 10.0f : 1.0f;
+        float *g = malloc((size_t)(n + 16) * 4), *u = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) {
+            g[i] = spread * krng_normal(r);
+            u[i] = krng_normal(r);
+        }
+        kguard_fill(g + n, 16);
+        op_swiglu_ref(want, g, u, n);
+        fast->swiglu(g, g, u, n); /* in place */
+        if (kguard_count_bad(g + n, 16)) ktest_fail("swiglu n=%" PRId64 ": guard values overwritten", n);
+        for (int64_t i = 0; i < n; i++) {
+            const double err = isfinite(g[i]) ? fabs((double)g[i] - want[i]) / (fabs((double)want[i]) + 1e-20) : INFINITY;
+            if (err > worst) worst = err;
+            if (!(err <= TOL_SWIGLU)) {
+                ktest_fail("swiglu n=%" PRId64 " [%" PRId64 "]: %.9g, want %.9g (relative error %.2e)", n, i, g[i],
+                           want[i], err);
+                break;
+            }
+        }
+        free(g);
+        free(u);
+        free(want);
+        if (ktest_failures > 10) break;
+    }
+    printf("  swiglu: worst relative error %.2e (tolerance %.0e)\n", worst, TOL_SWIGLU);
+}
+
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
     for (int i = 1; i + 1 < argc; i++) {
@@ -162,6 +200,7 @@ int main(int argc, char **argv) {
     }
     krng r = {ktest_seed};
     test_quantize_act(&r, fast);
+    test_swiglu(&r, fast);
     for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
         if (g_only && strcasecmp(g_only, dtype_get(k_types[i].t)->name) != 0) continue;
         ktest_worst_err = 0.0;
