@@ -92,6 +92,8 @@ struct pk_job {
     int unit_cols;
     const uint8_t **cact; /* per chunk: activation row 0 at the chunk's first unit */
     size_t *cas;
+    int32_t *chunk_end;   /* the chunks end to end over all of K, unmasked, on the int8 tiles: the
+                             kernel takes them in one call (pk_args.chunk_end), else NULL */
     /* float activations being converted (prep job) */
     const float *src;
     int64_t k, kpad;
@@ -111,6 +113,16 @@ static void pk_worker(void *ctx, int ith, int nth) {
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .y = j->yf + lo * PK_ROWS, .ldy = j->ldy,
                             .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS)};
+        j->fn(&a);
+        return;
+    }
+    if (j->chunk_end) { /* one call: the tile kernel adds each chunk's partial as it ends */
+        const int64_t nr = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS);
+        for (int i = 0; i < j->m; i++) memset(j->yd + i * j->ldy + lo * PK_ROWS, 0, (size_t)nr * sizeof(double));
+        struct pk_args a = {.type = w->type, .w = wd + (size_t)lo * j->group_stride, .group_stride = j->group_stride,
+                            .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
+                            .m = j->m, .yd = j->yd + lo * PK_ROWS, .ldy = j->ldy, .n_rows = nr,
+                            .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks};
         j->fn(&a);
         return;
     }
@@ -220,8 +232,20 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
             j.cas[c] = cs;
         }
     }
+    /* The int8 tile kernel takes chunks that cover K end to end, unmasked, in one call. */
+    if (chunks && amx && q8) {
+        bool whole = n_chunks > 0 && chunks[0].w0 == 0 && chunks[n_chunks - 1].w1 == w->k;
+        for (int c = 0; c < n_chunks && whole; c++)
+            whole = masked[c] == NULL && chunks[c].w1 % 32 == 0 && (c == 0 || chunks[c].w0 == chunks[c - 1].w1);
+        if (whole) {
+            j.chunk_end = malloc((size_t)n_chunks * sizeof *j.chunk_end);
+            NM_ASSERT(j.chunk_end);
+            for (int c = 0; c < n_chunks; c++) j.chunk_end[c] = (int32_t)(chunks[c].w1 / 32);
+        }
+    }
     if (pool) pool_run(pool, pk_worker, &j);
     else pk_worker(&j, 0, 1);
+    free(j.chunk_end);
     if (chunks) {
         for (int c = 0; c < n_chunks; c++) nm_free(masked[c]);
         free(masked);

@@ -115,6 +115,12 @@ struct pk_args {
                           * chunked matmul adds each chunk's f32 partial in double) */
     int64_t ldy;
     int64_t n_rows;      /* rows to write, <= 16 * n_groups */
+    /* With yd, optionally (the AMX int8 kernel only): the K range is n_chunk_ends chunks, chunk
+     * c ending before block chunk_end[c] (32 columns per block, counted from unit 0; the last is
+     * n_units * unit_cols / 32). Each chunk's f32 partial is added to yd in double, in chunk
+     * order, exactly as one call per chunk would, without restarting the kernel per chunk. */
+    const int32_t *chunk_end;
+    int n_chunk_ends;
 };
 
 /* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c). */

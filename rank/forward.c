@@ -299,10 +299,27 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
  * times its slice of the input. Each rank's partial is a double sum of canonical chunks
  * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
  * is rounded to f32 once, so every rank count gives the same bits. */
+/* Below this many values a prompt's row-wise step runs inline (a pool wake-up costs more). */
+#define ROWS_INLINE_VALUES (16 * 1024)
+
+struct round_job {
+    const double *src;
+    float *dst;
+    int64_t n;
+};
+static void round_worker(void *ctx, int ith, int nth) {
+    const struct round_job *j = ctx;
+    long lo, hi;
+    pool_split((long)j->n, 1024, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) j->dst[i] = (float)j->src[i];
+}
+
 static void allreduce_partials(struct engine *e, int64_t n, float *out) {
     const uint64_t t0 = phase_begin();
     coll_allreduce_sum_f64(e->coll, e->part, e->part, (size_t)n);
-    for (int64_t i = 0; i < n; i++) out[i] = (float)e->part[i];
+    struct round_job j = {.src = e->part, .dst = out, .n = n};
+    if (n >= ROWS_INLINE_VALUES) pool_run(e->pool, round_worker, &j); /* a prompt's rows: over the pool */
+    else round_worker(&j, 0, 1);
     phase_end(e, ENGINE_PH_COLL, t0);
 }
 
@@ -335,7 +352,6 @@ struct rows_job {
     const void *arg;
     int n;
 };
-#define ROWS_INLINE_VALUES (16 * 1024)
 
 static void rows_worker(void *ctx, int ith, int nth) {
     const struct rows_job *j = ctx;

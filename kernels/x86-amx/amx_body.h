@@ -176,6 +176,18 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
     }
 }
 
+/* End of a chunk (pk_args.chunk_end): its f32 partial, acc, is added in double to dacc (16 rows
+ * x 16 lanes) and acc restarts from 0. */
+NM_INLINE void amx_chunk_flush(__m512 *acc, double *dacc) {
+    NM_UNROLL for (int r = 0; r < 16; r++) {
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc[r]));
+        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)));
+        _mm512_store_pd(dacc + 16 * r, _mm512_add_pd(_mm512_load_pd(dacc + 16 * r), lo));
+        _mm512_store_pd(dacc + 16 * r + 8, _mm512_add_pd(_mm512_load_pd(dacc + 16 * r + 8), hi));
+        acc[r] = _mm512_setzero_ps();
+    }
+}
+
 /* The order of the tile instructions: iteration b issues
  *   L(b + 2)  TILELOADD A and B of block b + 2 into tile set (b + 2) % 3 (A 0/1/2, B 3/4/5)
  *   T(b + 1)  TILEZERO + TDPBSSD of block b + 1 into C tile (b + 1) % 2 (6/7)
@@ -189,16 +201,27 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
 /* One activation tile (16 rows, codes of block b at ab + 40 b + 8, rows as bytes apart) times
  * one row group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K:
  * per block two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block
- * ahead. */
+ * ahead. With ce (chunk ends, ascending, the last = nb), every chunk's acc goes to dacc through
+ * amx_chunk_flush right after the f32 step of its last block. */
 NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, const uint8_t *pnl, size_t ps, int64_t nb,
-                          int32_t *cb, __m512 *acc) {
+                          int32_t *cb, __m512 *acc, const int32_t *ce, double *dacc) {
     const uint8_t *ac = ab + 8; /* block_q8x.qs */
     const long st = (long)as;
 #define AMX_A(b) (ac + (size_t)(b) * sizeof(block_q8x))
 #define AMX_B(b) (pnl + (size_t)(b) * ps)
+#define AMX_CHUNK(b)                                                                                        \
+    do {                                                                                                    \
+        if (ce && (b) + 1 == *ce) {                                                                         \
+            amx_chunk_flush(acc, dacc);                                                                     \
+            ce++;                                                                                           \
+        }                                                                                                   \
+    } while (0)
 #define AMX_POST2(b, cbi)                                                                                   \
-    amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B),              \
-             ab + (size_t)(b) * sizeof(block_q8x), as, acc)
+    do {                                                                                                    \
+        amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B),          \
+                 ab + (size_t)(b) * sizeof(block_q8x), as, acc);                                            \
+        AMX_CHUNK(b);                                                                                       \
+    } while (0)
     if (t == DTYPE_Q6_K) {
 #define AMX_Q6_L(b)                                                                                         \
     do {                                                                                                    \
@@ -215,8 +238,12 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
         TILE_DPBSSD(C1, 1, 3);                                                                              \
     } while (0)
 #define AMX_Q6_POST(b)                                                                                      \
-    amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256,                                           \
-             (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), ab + (size_t)(b) * sizeof(block_q8x), as, acc)
+    do {                                                                                                    \
+        amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256,                                       \
+                 (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), ab + (size_t)(b) * sizeof(block_q8x), \
+                 as, acc);                                                                                  \
+        AMX_CHUNK(b);                                                                                       \
+    } while (0)
         AMX_Q6_L(0);
         for (int64_t b = 0; b < nb; b++) {
             if (b & 1) AMX_Q6_T(6, 7);
@@ -268,6 +295,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
     AMX_POST2(nb - 1, (nb - 1) & 1);
 #undef AMX_A
 #undef AMX_B
+#undef AMX_CHUNK
 #undef AMX_POST2
 #undef AMX_Q6_L
 #undef AMX_Q6_T
@@ -290,10 +318,14 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     const int64_t gbatch = NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
     const int m = a->m, tail_rows = m % 16;
     const size_t tail_stride = (size_t)nb * sizeof(block_q8x);
-    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + (tail_rows ? 16 * tail_stride : 0) + 64);
+    const size_t tail_bytes = tail_rows ? 16 * tail_stride : 0;
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + (tail_bytes + 63) / 64 * 64 + 2048 + 64);
     uint8_t *pnl = scr;
     int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel);
     uint8_t *tail = scr + (size_t)gbatch * panel + 4096;
+    double *dacc = (double *)(tail + (tail_bytes + 63) / 64 * 64); /* [16][16]: chunked calls */
+    const bool chunked = a->chunk_end != NULL;
+    NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nb));
     if (tail_rows) {
         memset(tail, 0, 16 * tail_stride);
         for (int r = 0; r < tail_rows; r++)
@@ -334,13 +366,23 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
             for (int64_t j = 0; j < ng; j++) {
                 __m512 acc[16];
                 NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-                amx_i8_dot(t, ab, as, pnl + (size_t)j * panel, ps, nb, cb, acc);
+                if (chunked) memset(dacc, 0, 256 * sizeof(double));
+                amx_i8_dot(t, ab, as, pnl + (size_t)j * panel, ps, nb, cb, acc, a->chunk_end, dacc);
                 const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
                 const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
+                const __mmask8 rm0 = (__mmask8)(rm & 0xFF), rm1 = (__mmask8)(rm >> 8);
                 NM_UNROLL for (int r = 0; r < 16; r++)
                     if (r < rows) {
                         const int64_t o = (int64_t)(m0 + r) * a->ldy + g * PK_ROWS;
-                        nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm, acc[r]);
+                        if (!chunked) {
+                            nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm, acc[r]);
+                            continue;
+                        }
+                        double *yd = a->yd + o; /* += the chunks' double sum (yd starts at 0) */
+                        _mm512_mask_storeu_pd(yd, rm0, _mm512_add_pd(_mm512_maskz_loadu_pd(rm0, yd),
+                                                                     _mm512_load_pd(dacc + 16 * r)));
+                        _mm512_mask_storeu_pd(yd + 8, rm1, _mm512_add_pd(_mm512_maskz_loadu_pd(rm1, yd + 8),
+                                                                         _mm512_load_pd(dacc + 16 * r + 8)));
                     }
             }
         }

@@ -314,13 +314,20 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
     weight_pack(pool, layout_of(t), t, k, n, src, rs, dst, &wp);
     float *x = malloc((size_t)m * k * 4);
     for (int i = 0; i < m; i++) krng_acts(r, x + (size_t)i * k, k);
-    /* chunks: every unit boundary splits; one chunk masked to a 32-column sub-range */
+    /* chunks: half the cases split at every unit boundary with one chunk masked to a 32-column
+     * sub-range; the others end to end and unmasked, of one or more units each (the tile kernel
+     * then takes them all in one call, pk_args.chunk_end) */
     struct kern_chunk ch[8];
     int nc = 0;
+    const bool mask = krng_int(r, 2);
     for (int u = 0; u < nunits; u++) {
+        if (!mask && u > 0 && krng_int(r, 2)) { /* widen the previous chunk */
+            ch[nc - 1].w1 = ch[nc - 1].a1 = (int64_t)(u + 1) * ucols;
+            continue;
+        }
         ch[nc] = (struct kern_chunk){.w0 = (int64_t)u * ucols, .w1 = (int64_t)(u + 1) * ucols,
                                      .a0 = (int64_t)u * ucols, .a1 = (int64_t)(u + 1) * ucols};
-        if (u == 1) ch[nc].a0 += 32 * (ucols / 32 / 2), ch[nc].a1 = ch[nc].a0 + 32;
+        if (mask && u == 1) ch[nc].a0 += 32 * (ucols / 32 / 2), ch[nc].a1 = ch[nc].a0 + 32;
         nc++;
     }
     block_q8x *q8a = malloc(act_q8_bytes(m, k) + 1), *q8b = malloc(act_q8_bytes(m, k) + 1);
