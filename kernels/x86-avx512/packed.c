@@ -4,14 +4,15 @@
  * One zmm lane per weight row: a 64-byte line of a unit is 16 rows x one quad of 4 columns, so
  * vpdpbusd(line, broadcast of the activation quad) adds the quad's 4 products into each row's
  * lane. No lane permutes, no horizontal sums, the 16 fp16 scales of a block are one vcvtph2ps;
- * each thread reads its row groups as one sequential stream (the hardware prefetcher's best
- * case), where the ROWS kernels read 4 rows at once with per-block scale gathers and permutes.
- * Per block (sub-block for K-quants) and row: the exact int32 sum, then one f32 fma (plus one
- * for Q4_1's m and the K-quant mins), in K order: the same operations as pk_gemm_ref and the
- * AMX kernel, so all three give the same bits.
+ * each thread reads its row groups as a few long sequential streams, where the ROWS kernels read
+ * 4 rows at once with per-block scale gathers and permutes. Per block (sub-block for K-quants)
+ * and row: the exact int32 sum, then one f32 fma (plus one for Q4_1's m and the K-quant mins),
+ * in K order: the same operations as pk_gemm_ref and the AMX kernel, so all three give the same
+ * bits.
  *
- * A tile is one row group x C activation rows (C <= 4): the unpacked codes of a unit serve C
- * activation rows. Float types (F16/BF16 pairs): exact widening to f32 and f32 FMA with the f32
+ * GEMM: a tile is one row group x C activation rows (C <= 4): the unpacked codes of a unit serve
+ * C activation rows. GEMV: GEMV_STREAMS row groups x 1 activation row (below; F16 takes the
+ * C = 1 tile). Float types (F16/BF16 pairs): exact widening to f32 and f32 FMA with the f32
  * activations, even and odd columns in two accumulators (two dependency chains), summed at the
  * end. */
 #include <stdlib.h>
@@ -21,11 +22,12 @@
 #include "avx512.h"
 #include "simd.h"
 
-/* Software prefetch distance (bytes ahead in the group stream, 0 = none), from NM_PK_PREFETCH
- * or the default. */
-#define PK_PREFETCH_DEFAULT 2048 /* device Xeon, 4096x14336: 2048 gave 84-90% of stream with 2 threads, 92-97% with 16
-                                 * (RESULTS.md); 4096/8192 and the T1 hint measured within the run-to-run noise
-                                 * (+-10%), 8192 once 69% for f16 */
+/* Software prefetch distance (bytes ahead in each group stream, 0 = none), from NM_PK_PREFETCH
+ * or the default. Device Xeon, 4096x14336 (RESULTS.md). One stream per thread: 2048 gave 84-90%
+ * of stream with 2 threads, 92-97% with 16; 4096/8192 and the T1 hint measured within the
+ * run-to-run noise (+-10%), 8192 once 69% for f16. The GEMV's 4 streams per thread, 2 threads:
+ * 1024, 3072, 4096 and T1 measured no better than 2048. */
+#define PK_PREFETCH_DEFAULT 2048
 static int g_pf = -1, g_pf_hint = 0;
 static int pk_prefetch_bytes(void) {
     if (g_pf < 0) {
@@ -256,12 +258,275 @@ PK_INST4(BF16)
 static const pk_group_fn k_groups[DTYPE_COUNT][5] = {PK_ROW(Q4_0), PK_ROW(Q4_1), PK_ROW(Q8_0), PK_ROW(Q4_K),
                                                      PK_ROW(Q5_K), PK_ROW(Q6_K), PK_ROW(F16),  PK_ROW(BF16)};
 
+/* ---- GEMV (m = 1): GEMV_STREAMS row groups at once -----------------------------------------
+ * A thread's groups are cut into GEMV_STREAMS runs of consecutive groups, and one pass walks the
+ * runs side by side, one unit of each per step: that many sequential streams per thread (as the
+ * stream read benchmark reads), each with its own software prefetch, and each activation
+ * broadcast serves every stream. Device Xeon, 2 threads, 4096x14336 and 2048x8192: one stream
+ * per thread read Q4_0/Q4_K/Q6_K at 81-84% of the stream read, four at 90-97% (medians of 3
+ * alternating runs). F16 stays on one stream: four read 98-104% with 2 threads but measured
+ * below one stream with 16 threads (66-95% vs 89-107%, one host, 2 runs). Per group and row
+ * the f32 operations are those of unit_q / unit_f, in the same order; only the exact integer
+ * sums are formed differently:
+ *   - nibble codes (not Q5_K): the high nibbles are used in place (v & 0xF0 = 16 x code), and
+ *     their dot product is shifted right by 4 at the end of the block (exact: every term is a
+ *     multiple of 16, |sum| < 2^20);
+ *   - Q6_K: the two high bits of both codes of a line byte are moved to bits 4-5 by one dword
+ *     rotate of the hh bytes broadcast to both halves of a zmm (a count per half), then merged
+ *     with the nibble by one vpternlogd. */
+#define GEMV_STREAMS 4
+
+/* Prefetch the cache lines that start in [lo, hi) (abutting ranges: each line once). */
+NM_INLINE void pf_lines(const uint8_t *lo, const uint8_t *hi) {
+    uintptr_t a = ((uintptr_t)lo + 63) & ~(uintptr_t)63;
+    switch (g_pf_hint) {
+    case 1:
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
+        break;
+    case 2:
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_NTA);
+        break;
+    default:
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
+        break;
+    }
+}
+
+/* int32 lanes: bias + the dot product of one nibble sub-block (4 lines at p) with block a, for
+ * G groups; Q5_K adds the fifth bits (hi at 64-byte stride per group). */
+NM_INLINE void gemv_nib(const int G, const int five, const uint8_t *const *p, size_t off, const uint8_t *const *hi,
+                        const block_q8x *a, __m512i bias, __m512i *sum) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i s0[GEMV_STREAMS], s1[GEMV_STREAMS];
+    NM_UNROLL for (int g = 0; g < G; g++) s0[g] = bias, s1[g] = _mm512_setzero_si512();
+    if (!five) {
+        const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i b0 = bq(a, 2 * j), b1 = bq(a, 2 * j + 1);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512i v = _mm512_loadu_si512(p[g] + off + 64 * j);
+                s0[g] = _mm512_dpbusd_epi32(s0[g], _mm512_and_si512(v, m4), b0);
+                s1[g] = _mm512_dpbusd_epi32(s1[g], _mm512_and_si512(v, mf0), b1);
+            }
+        }
+        NM_UNROLL for (int g = 0; g < G; g++) sum[g] = _mm512_add_epi32(s0[g], _mm512_srai_epi32(s1[g], 4));
+    } else {
+        const __m512i c16 = _mm512_set1_epi8(16);
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i b0 = bq(a, 2 * j), b1 = bq(a, 2 * j + 1);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512i v = _mm512_loadu_si512(p[g] + off + 64 * j);
+                uint64_t k0, k1;
+                memcpy(&k0, hi[g] + 16 * j, 8);
+                memcpy(&k1, hi[g] + 16 * j + 8, 8);
+                const __m512i lo = _mm512_and_si512(v, m4), hn = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                s0[g] = _mm512_dpbusd_epi32(s0[g], _mm512_mask_add_epi8(lo, (__mmask64)k0, lo, c16), b0);
+                s1[g] = _mm512_dpbusd_epi32(s1[g], _mm512_mask_add_epi8(hn, (__mmask64)k1, hn, c16), b1);
+            }
+        }
+        NM_UNROLL for (int g = 0; g < G; g++) sum[g] = _mm512_add_epi32(s0[g], s1[g]);
+    }
+}
+
+/* One unit of each of G groups (unit pointers u[g]) against activation block(s) a; pf > 0:
+ * also prefetch the bytes pf ahead in each stream. */
+NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const *u, const block_q8x *a, int pf,
+                           __m512 *acc) {
+    const size_t ub = pk_unit_bytes(t);
+    switch (t) {
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_1: {
+        if (pf > 0) NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf, u[g] + pf + ub);
+        __m512i s[GEMV_STREAMS];
+        gemv_nib(G, 0, u, 0, NULL, a, t == DTYPE_Q4_0 ? _mm512_set1_epi32(-8 * a->isum) : _mm512_setzero_si512(), s);
+        const __m512 ad = _mm512_set1_ps(a->d);
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            const __m512 dw = h16x16(u[g] + PK_Q4_0_D);
+            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g]), _mm512_mul_ps(dw, ad), acc[g]);
+            if (t == DTYPE_Q4_1)
+                acc[g] = _mm512_fmadd_ps(h16x16(u[g] + PK_Q4_1_M), _mm512_set1_ps(a->d * (float)a->isum), acc[g]);
+        }
+        break;
+    }
+    case DTYPE_Q8_0: {
+        if (pf > 0) NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf, u[g] + pf + ub);
+        __m512i s0[GEMV_STREAMS], s1[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) s0[g] = _mm512_set1_epi32(-128 * a->isum), s1[g] = _mm512_setzero_si512();
+        NM_UNROLL for (int j = 0; j < 8; j += 2) {
+            const __m512i b0 = bq(a, j), b1 = bq(a, j + 1);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                s0[g] = _mm512_dpbusd_epi32(s0[g], _mm512_loadu_si512(u[g] + 64 * j), b0);
+                s1[g] = _mm512_dpbusd_epi32(s1[g], _mm512_loadu_si512(u[g] + 64 * j + 64), b1);
+            }
+        }
+        const __m512 ad = _mm512_set1_ps(a->d);
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            const __m512 dw = h16x16(u[g] + PK_Q8_0_D);
+            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0[g], s1[g])), _mm512_mul_ps(dw, ad), acc[g]);
+        }
+        break;
+    }
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: {
+        const int five = t == DTYPE_Q5_K;
+        const size_t osc = five ? PK_K5_SC : PK_K4_SC, omn = five ? PK_K5_MN : PK_K4_MN;
+        __m512 d[GEMV_STREAMS], dmin[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            d[g] = h16x16(u[g] + (five ? PK_K5_D : PK_K4_D));
+            dmin[g] = h16x16(u[g] + (five ? PK_K5_DMIN : PK_K4_DMIN));
+        }
+        for (int s = 0; s < 8; s++) {
+            if (pf > 0)
+                NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + ub * s / 8, u[g] + pf + ub * (s + 1) / 8);
+            const block_q8x *as = a + s;
+            const uint8_t *hi[GEMV_STREAMS];
+            NM_UNROLL for (int g = 0; g < G; g++) hi[g] = u[g] + PK_K5_HI + 64 * s;
+            __m512i sum[GEMV_STREAMS];
+            gemv_nib(G, five, u, 256 * (size_t)s, hi, as, _mm512_setzero_si512(), sum);
+            const __m512 ad = _mm512_set1_ps(as->d), am = _mm512_set1_ps(as->d * (float)as->isum);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512 sc = _mm512_mul_ps(u8x16(u[g] + osc + 16 * s), d[g]);
+                const __m512 mn = _mm512_mul_ps(u8x16(u[g] + omn + 16 * s), dmin[g]);
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[g]), _mm512_mul_ps(sc, ad), acc[g]);
+                acc[g] = _mm512_fnmadd_ps(mn, am, acc[g]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q6_K: {
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+        /* hh byte p of line j, broadcast to both halves of a zmm: the high bits of line byte p
+         * (p < 32) sit at bits 0-1 (low code) and 2-3 (high code), of byte p + 32 at bits 4-5
+         * and 6-7; rotate them to bits 4-5 (dword rotate: a byte's bits stay in the byte) */
+        const __m512i rot_lo = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+        const __m512i rot_hi = _mm512_set_epi32(30, 30, 30, 30, 30, 30, 30, 30, 2, 2, 2, 2, 2, 2, 2, 2);
+        __m512 d[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) d[g] = h16x16(u[g] + PK_K6_D);
+        for (int s = 0; s < 8; s++) {
+            if (pf > 0)
+                NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + ub * s / 8, u[g] + pf + ub * (s + 1) / 8);
+            const block_q8x *as = a + s;
+            const int32_t lo = lo16_sum(as);
+            __m512i g0[GEMV_STREAMS], g1[GEMV_STREAMS];
+            const __m512i bias0 = _mm512_set1_epi32(-32 * lo), bias1 = _mm512_set1_epi32(-32 * (as->isum - lo));
+            NM_UNROLL for (int g = 0; g < G; g++) g0[g] = bias0, g1[g] = bias1;
+            NM_UNROLL for (int j = 0; j < 4; j++) {
+                const __m512i b0 = bq(as, 2 * j), b1 = bq(as, 2 * j + 1);
+                NM_UNROLL for (int g = 0; g < G; g++) {
+                    const uint8_t *sub = u[g] + PK_K6_SUB * s;
+                    const __m512i v = _mm512_loadu_si512(sub + 64 * j);
+                    const __m512i h = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(sub + 256 + 32 * j)));
+                    const __m512i hl = _mm512_and_si512(_mm512_rolv_epi32(h, rot_lo), m30);
+                    const __m512i hh = _mm512_and_si512(_mm512_rolv_epi32(h, rot_hi), m30);
+                    const __m512i ql = _mm512_ternarylogic_epi32(v, hl, m4, 0xEC); /* (v & m4) | hl */
+                    const __m512i qh = _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), hh, m4, 0xEC);
+                    if (j < 2) {
+                        g0[g] = _mm512_dpbusd_epi32(g0[g], ql, b0);
+                        g0[g] = _mm512_dpbusd_epi32(g0[g], qh, b1);
+                    } else {
+                        g1[g] = _mm512_dpbusd_epi32(g1[g], ql, b0);
+                        g1[g] = _mm512_dpbusd_epi32(g1[g], qh, b1);
+                    }
+                }
+            }
+            const __m512 ad = _mm512_set1_ps(as->d);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K6_SC + 32 * s)));
+                const __m512i sc1 =
+                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K6_SC + 32 * s + 16)));
+                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0[g], sc0), _mm512_mullo_epi32(g1[g], sc1));
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[g], ad), acc[g]);
+            }
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* One BF16 pair unit of each of G groups against the f32 activations x (unit_f's operations per
+ * group: even columns into acc0, odd into acc1). */
+NM_INLINE void gemv_unit_bf16(const int G, const uint8_t *const *u, const float *x, int pf, __m512 *acc0,
+                              __m512 *acc1) {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xFFFF0000u);
+    NM_UNROLL for (int p = 0; p < 16; p++) {
+        if (pf > 0 && p % 4 == 0)
+            NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + 64 * p, u[g] + pf + 64 * p + 256);
+        const __m512 x0 = _mm512_set1_ps(x[2 * p]), x1 = _mm512_set1_ps(x[2 * p + 1]);
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            const __m512i v = _mm512_loadu_si512(u[g] + 64 * p);
+            acc0[g] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), x0, acc0[g]);
+            acc1[g] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), x1, acc1[g]);
+        }
+    }
+}
+
+/* G runs of `steps` groups each, run i starting at group g0 + i * steps; row groups past
+ * n_rows are not written. */
+NM_INLINE void gemv_runs(const enum dtype t, const int G, const struct pk_args *ar, int64_t g0, int64_t steps, int pf) {
+    const size_t ub = pk_unit_bytes(t);
+    const int ublk = pk_unit_cols(t) / 32;
+    for (int64_t k = 0; k < steps; k++) {
+        const uint8_t *w[GEMV_STREAMS];
+        __m512 acc[GEMV_STREAMS], acc1[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            w[g] = ar->w + (size_t)(g0 + g * steps + k) * ar->group_stride;
+            acc[g] = acc1[g] = _mm512_setzero_ps();
+        }
+        for (int64_t un = 0; un < ar->n_units; un++) {
+            const uint8_t *u[GEMV_STREAMS];
+            NM_UNROLL for (int g = 0; g < G; g++) u[g] = w[g] + (size_t)un * ub;
+            if (t == DTYPE_BF16) gemv_unit_bf16(G, u, (const float *)ar->act + 32 * un, pf, acc, acc1);
+            else gemv_unit_q(t, G, u, (const block_q8x *)ar->act + ublk * un, pf, acc);
+        }
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            if (t == DTYPE_BF16) acc[g] = _mm512_add_ps(acc[g], acc1[g]);
+            const int64_t gi = g0 + g * steps + k, rows = NM_MIN((int64_t)PK_ROWS, ar->n_rows - gi * PK_ROWS);
+            const __mmask16 rm = (__mmask16)(rows >= 16 ? 0xFFFF : (1u << rows) - 1u);
+            nm_store_rows(ar->yd ? NULL : ar->y + gi * PK_ROWS, ar->yd ? ar->yd + gi * PK_ROWS : NULL, rm, acc[g]);
+        }
+    }
+}
+
+typedef void (*gemv_fn)(const struct pk_args *a, int64_t g0, int64_t steps, int pf);
+#define GEMV_INST(T)                                                                                                   \
+    static void gemv_##T##_1(const struct pk_args *a, int64_t g0, int64_t steps, int pf) {                             \
+        gemv_runs(DTYPE_##T, 1, a, g0, steps, pf);                                                                     \
+    }                                                                                                                  \
+    static void gemv_##T##_n(const struct pk_args *a, int64_t g0, int64_t steps, int pf) {                             \
+        gemv_runs(DTYPE_##T, GEMV_STREAMS, a, g0, steps, pf);                                                          \
+    }
+GEMV_INST(Q4_0)
+GEMV_INST(Q4_1)
+GEMV_INST(Q4_K)
+GEMV_INST(Q5_K)
+GEMV_INST(Q6_K)
+GEMV_INST(Q8_0)
+GEMV_INST(BF16)
+#define GEMV_ROW(T) [DTYPE_##T] = {gemv_##T##_1, gemv_##T##_n}
+static const gemv_fn k_gemv[DTYPE_COUNT][2] = {GEMV_ROW(Q4_0), GEMV_ROW(Q4_1), GEMV_ROW(Q4_K), GEMV_ROW(Q5_K),
+                                               GEMV_ROW(Q6_K), GEMV_ROW(Q8_0), GEMV_ROW(BF16)};
+
+/* The GEMV (a->m == 1): GEMV_STREAMS runs of a->n_groups / GEMV_STREAMS groups, then the
+ * remaining groups one at a time. */
+static void pk_gemv(const struct pk_args *a, int pf) {
+    const gemv_fn *fns = k_gemv[a->type];
+    const int64_t steps = a->n_groups / GEMV_STREAMS;
+    if (steps > 0) fns[1](a, 0, steps, pf);
+    for (int64_t g = steps * GEMV_STREAMS; g < a->n_groups; g++) fns[0](a, g, 1, pf);
+}
+
 /* Activation rows per pass over a group: all of them in tiles of 4, in blocks of at most 64 so
  * the group's weight bytes (<= 16 x k x 1.1 bytes) are reread from L1/L2, not DRAM. */
 static void pk_gemm_avx512(const struct pk_args *a) {
     const pk_group_fn *fns = k_groups[a->type];
     NM_ASSERT(fns[1] != NULL);
+    NM_ASSERT(a->chunk_end == NULL); /* chunks in one call: the AMX int8 kernel only (packed.h) */
     const int pf = pk_prefetch_bytes();
+    if (a->m == 1 && k_gemv[a->type][0]) {
+        pk_gemv(a, pf);
+        return;
+    }
     for (int64_t g = 0; g < a->n_groups; g++) {
         const int64_t rows = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
         const __mmask16 rm = (__mmask16)(rows >= 16 ? 0xFFFF : (1u << rows) - 1u);
