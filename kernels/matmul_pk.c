@@ -94,6 +94,7 @@ struct pk_job {
     size_t *cas;
     int32_t *chunk_end;   /* the chunks end to end over all of K, unmasked, on the int8 tiles: the
                              kernel takes them in one call (pk_args.chunk_end), else NULL */
+    bool act_tiles;       /* the int8 tiles: act and each cact[c] in tile order (pk_act_tiles) */
     /* float activations being converted (prep job) */
     const float *src;
     int64_t k, kpad;
@@ -112,7 +113,8 @@ static void pk_worker(void *ctx, int ith, int nth) {
         struct pk_args a = {.type = w->type, .w = wd + (size_t)lo * j->group_stride, .group_stride = j->group_stride,
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .y = j->yf + lo * PK_ROWS, .ldy = j->ldy,
-                            .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS)};
+                            .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS),
+                            .act_tiles = j->act_tiles};
         j->fn(&a);
         return;
     }
@@ -122,7 +124,7 @@ static void pk_worker(void *ctx, int ith, int nth) {
         struct pk_args a = {.type = w->type, .w = wd + (size_t)lo * j->group_stride, .group_stride = j->group_stride,
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .yd = j->yd + lo * PK_ROWS, .ldy = j->ldy, .n_rows = nr,
-                            .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks};
+                            .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks, .act_tiles = j->act_tiles};
         j->fn(&a);
         return;
     }
@@ -139,7 +141,7 @@ static void pk_worker(void *ctx, int ith, int nth) {
             struct pk_args a = {.type = w->type, .w = wd + (size_t)g0 * j->group_stride + (size_t)u0 * j->unit_bytes,
                                 .group_stride = j->group_stride, .n_groups = ng, .n_units = u1 - u0,
                                 .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .yd = j->yd + r0,
-                                .ldy = j->ldy, .n_rows = nr};
+                                .ldy = j->ldy, .n_rows = nr, .act_tiles = j->act_tiles};
             j->fn(&a);
         }
     }
@@ -159,6 +161,54 @@ static void pk_prep_worker(void *ctx, int ith, int nth) {
             memcpy((float *)j->dst + i * j->kpad, s, (size_t)j->k * sizeof(float));
         }
     }
+}
+
+/* q8x rows (src, sstride bytes apart, nb blocks each) to the int8 tile order (packed.h,
+ * PK_ACT_TILE_B): tile i at dst + i * tstride; rows past m zero. */
+struct tiles_job {
+    const uint8_t *src;
+    size_t sstride;
+    int m;
+    int64_t nb;
+    uint8_t *dst;
+    size_t tstride;
+};
+static void tiles_worker(void *ctx, int ith, int nth) {
+    const struct tiles_job *j = ctx;
+    long lo, hi;
+    pool_split((long)(j->m + 15) / 16, 1, ith, nth, &lo, &hi);
+    for (long i = lo; i < hi; i++) {
+        uint8_t *tile = j->dst + (size_t)i * j->tstride;
+        for (int r = 0; r < 16; r++) {
+            const int row = (int)i * 16 + r;
+            const block_q8x *x = row < j->m ? (const block_q8x *)(j->src + (size_t)row * j->sstride) : NULL;
+            for (int64_t b = 0; b < j->nb; b++) {
+                uint8_t *e = tile + (size_t)b * PK_ACT_TILE_B;
+                float *d = (float *)(e + PK_ACT_TILE_D);
+                int32_t *isum = (int32_t *)(e + PK_ACT_TILE_ISUM);
+                if (x) {
+                    memcpy(e + 32 * r, x[b].qs, 32);
+                    d[r] = x[b].d;
+                    isum[r] = x[b].isum;
+                } else {
+                    memset(e + 32 * r, 0, 32);
+                    d[r] = 0.0f;
+                    isum[r] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* The tile-order copy of nb blocks of m q8x rows (freed by the caller with nm_free); *tstride:
+ * bytes between its 16-row tiles. */
+static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstride, int m, int64_t nb, size_t *tstride) {
+    *tstride = (size_t)nb * PK_ACT_TILE_B;
+    struct tiles_job j = {.src = src, .sstride = sstride, .m = m, .nb = nb, .tstride = *tstride};
+    j.dst = nm_alloc((size_t)(m + 15) / 16 * *tstride, 64, "activations in tile order");
+    if (pool && m > 16) pool_run(pool, tiles_worker, &j);
+    else tiles_worker(&j, 0, 1);
+    return j.dst;
 }
 
 void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
@@ -243,9 +293,31 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
             for (int c = 0; c < n_chunks; c++) j.chunk_end[c] = (int32_t)(chunks[c].w1 / 32);
         }
     }
+    /* ... and reads its activations in tile order: one copy for all of K, or one per chunk. */
+    uint8_t *tiled = NULL, **ctiled = NULL;
+    if (amx && q8) {
+        j.act_tiles = true;
+        const int ublk = j.unit_cols / 32;
+        if (!chunks || j.chunk_end) {
+            NM_ASSERT(j.n_units * j.unit_cols == w->k);
+            tiled = pk_act_tiles(pool, j.act, j.act_stride, x->m, j.n_units * ublk, &j.act_stride);
+            j.act = tiled;
+        } else {
+            ctiled = calloc((size_t)n_chunks + 1, sizeof *ctiled);
+            NM_ASSERT(ctiled);
+            for (int c = 0; c < n_chunks; c++) {
+                const int64_t u0 = chunks[c].w0 / j.unit_cols, u1 = (chunks[c].w1 + j.unit_cols - 1) / j.unit_cols;
+                ctiled[c] = pk_act_tiles(pool, j.cact[c], j.cas[c], x->m, (u1 - u0) * ublk, &j.cas[c]);
+                j.cact[c] = ctiled[c];
+            }
+        }
+    }
     if (pool) pool_run(pool, pk_worker, &j);
     else pk_worker(&j, 0, 1);
     free(j.chunk_end);
+    nm_free(tiled);
+    for (int c = 0; ctiled && c < n_chunks; c++) nm_free(ctiled[c]);
+    free(ctiled);
     if (chunks) {
         for (int c = 0; c < n_chunks; c++) nm_free(masked[c]);
         free(masked);

@@ -44,6 +44,7 @@
 #define NM_PACKED_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "types.h"
@@ -121,7 +122,18 @@ struct pk_args {
      * order, exactly as one call per chunk would, without restarting the kernel per chunk. */
     const int32_t *chunk_end;
     int n_chunk_ends;
+    /* The AMX int8 kernel reads q8x activations in tile order (pk_act_tiles, made once per call by
+     * the driver): act is tile 0, act_stride the bytes between 16-row tiles. */
+    bool act_tiles;
 };
+
+/* q8x activations in the int8 tile order: per 16 activation rows (a tile), per 32-column block,
+ * PK_ACT_TILE_B bytes: the 16 rows' codes (row r at 32 r: one TILELOADD of stride 32), then
+ * their d (16 f32), then their isum (16 int32). Rows past m are zero (they add nothing and are
+ * never stored). */
+#define PK_ACT_TILE_B 640
+#define PK_ACT_TILE_D 512
+#define PK_ACT_TILE_ISUM 576
 
 /* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c). */
 void pk_gemm_ref(const struct pk_args *a);

@@ -11,8 +11,10 @@
  *   - a batch of row groups is unpacked once per call into L2-resident panels: signed codes in
  *     B-tile order (Q4_0's q - 8, Q8_0's q, Q6_K's q - 32: TDPBSSD then gives the VNNI kernel's
  *     integer sum including its offset term) and the scales as f32 vectors, ready to use;
- *   - every activation tile (16 rows, loaded in place from the q8x rows) runs over every panel
- *     of the batch with its 16 accumulators (16 output rows x 16 columns) in zmm registers;
+ *   - every activation tile (16 rows, in tile order: the driver copies the q8x rows once per
+ *     call so a block's 16 x 32 codes are one TILELOADD of stride 32 and its 16 d and isum one
+ *     line each; pk_args.act_tiles) runs over every panel of the batch with its 16 accumulators
+ *     (16 output rows x 16 columns) in zmm registers;
  *   - per block: TILELOADD A and B, TILEZERO, TDPBSSD, TILESTORED of C into a 1 KiB L1 buffer,
  *     and the f32 step of the previous block (cvt, mul by d_a x d_w, fma: the same operations in
  *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); A and B rotate
@@ -24,8 +26,8 @@
  * pair lines (F16 converted to bf16 once per group), C accumulates f32 over all of K in the
  * tile (TDPBF16PS): 2 activation tiles x 2 groups, tmm0/1 A, tmm2/3 B, tmm4..7 C.
  *
- * Activation rows past m in the last tile come from a zero-padded copy (never read out of
- * bounds); rows past n are never stored. */
+ * Int8: activation rows past m in the last tile are zeros of the tile-order copy. BF16: they
+ * come from a zero-padded copy (never read out of bounds). Rows past n are never stored. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,33 +144,33 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
 }
 
 /* The f32 step of one block for 16 activation rows: c0 (and Q6_K's c1) the stored C tile(s),
- * 16 x 16 int32; prm the panel entry's vectors; ab the rows' q8x block (row r at ab + r * as).
- * Per row the same operations, in the same order, as the VNNI kernel (x86-avx512/packed.c). */
-NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm,
-                        const uint8_t *ab, size_t as, __m512 *acc) {
+ * 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d and isum of the block
+ * (the activation tile's entry, pk_args.act_tiles). Per row the same operations, in the same
+ * order, as the VNNI kernel (x86-avx512/packed.c). */
+NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm, const float *ad,
+                        const int32_t *ai, __m512 *acc) {
     const __m512 sc = _mm512_load_ps(prm);
     NM_UNROLL for (int r = 0; r < 16; r++) {
-        const block_q8x *a = (const block_q8x *)(ab + (size_t)r * as);
         const __m512i ci = _mm512_load_si512(c0 + 16 * r);
         switch (t) {
         case DTYPE_Q4_0:
         case DTYPE_Q8_0:
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
             break;
         case DTYPE_Q4_1:
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
             break;
         case DTYPE_Q4_K:
         case DTYPE_Q5_K:
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
-            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(a->d * (float)a->isum), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
             break;
         case DTYPE_Q6_K: {
             const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(ci, _mm512_load_si512(prm + 16)),
                                                _mm512_mullo_epi32(_mm512_load_si512(c1 + 16 * r),
                                                                   _mm512_load_si512(prm + 32)));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
             break;
         }
         default: break;
@@ -198,16 +200,17 @@ NM_INLINE void amx_chunk_flush(__m512 *acc, double *dacc) {
  * (store right after the product, the f32 step two blocks behind: 1.56 vs 1.59 int8 TOP/s, Q4_0,
  * 2 threads); the kernel is bound by the f32 step and the tile stores/loads, not by the order. */
 
-/* One activation tile (16 rows, codes of block b at ab + 40 b + 8, rows as bytes apart) times
- * one row group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K:
- * per block two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block
- * ahead. With ce (chunk ends, ascending, the last = nb), every chunk's acc goes to dacc through
+/* One activation tile (ab: its first block in tile order, pk_args.act_tiles) times one row
+ * group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K: per block
+ * two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. With ce
+ * (chunk ends, ascending, the last = nb), every chunk's acc goes to dacc through
  * amx_chunk_flush right after the f32 step of its last block. */
-NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, const uint8_t *pnl, size_t ps, int64_t nb,
+NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *pnl, size_t ps, int64_t nb,
                           int32_t *cb, __m512 *acc, const int32_t *ce, double *dacc) {
-    const uint8_t *ac = ab + 8; /* block_q8x.qs */
-    const long st = (long)as;
-#define AMX_A(b) (ac + (size_t)(b) * sizeof(block_q8x))
+    const long st = 32;
+#define AMX_A(b) (ab + (size_t)(b) * PK_ACT_TILE_B)
+#define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
+#define AMX_AI(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_ISUM))
 #define AMX_B(b) (pnl + (size_t)(b) * ps)
 #define AMX_CHUNK(b)                                                                                        \
     do {                                                                                                    \
@@ -218,8 +221,8 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
     } while (0)
 #define AMX_POST2(b, cbi)                                                                                   \
     do {                                                                                                    \
-        amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B),          \
-                 ab + (size_t)(b) * sizeof(block_q8x), as, acc);                                            \
+        amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), AMX_AD(b), \
+                 AMX_AI(b), acc);                                                                           \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
     if (t == DTYPE_Q6_K) {
@@ -240,8 +243,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
 #define AMX_Q6_POST(b)                                                                                      \
     do {                                                                                                    \
         amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256,                                       \
-                 (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), ab + (size_t)(b) * sizeof(block_q8x), \
-                 as, acc);                                                                                  \
+                 (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), AMX_AD(b), AMX_AI(b), acc);         \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
         AMX_Q6_L(0);
@@ -294,6 +296,8 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
     }
     AMX_POST2(nb - 1, (nb - 1) & 1);
 #undef AMX_A
+#undef AMX_AD
+#undef AMX_AI
 #undef AMX_B
 #undef AMX_CHUNK
 #undef AMX_POST2
@@ -305,32 +309,24 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, size_t as, cons
 }
 
 /* Int8 tiles for one type: for each batch of row groups whose panels fit AMX_PANEL_BUDGET, the
- * panels are unpacked once; then every activation tile (16 rows) runs over every panel of the
- * batch, one tile product per block, the f32 step trailing (amx_i8_dot). The activation rows of
- * a tile are read in place (TILELOADD with the q8x row stride); a last partial tile comes from a
- * zero-padded copy. */
+ * panels are unpacked once; then every activation tile (16 rows, in tile order: codes one
+ * TILELOADD of stride 32, the rows' d and isum one line) runs over every panel of the batch, one
+ * tile product per block, the f32 step trailing (amx_i8_dot). */
 NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
+    NM_ASSERT(a->act_tiles);
     const int q6 = t == DTYPE_Q6_K;
     const int ublk = pk_unit_cols(t) / 32;
     const int64_t nb = a->n_units * ublk;
     const size_t ub = pk_unit_bytes(t);
     const size_t ps = AMX_PANEL_B + 64 * (size_t)amx_np(t), panel = (size_t)nb * ps;
     const int64_t gbatch = NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
-    const int m = a->m, tail_rows = m % 16;
-    const size_t tail_stride = (size_t)nb * sizeof(block_q8x);
-    const size_t tail_bytes = tail_rows ? 16 * tail_stride : 0;
-    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + (tail_bytes + 63) / 64 * 64 + 2048 + 64);
+    const int m = a->m;
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + 2048 + 64);
     uint8_t *pnl = scr;
     int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel);
-    uint8_t *tail = scr + (size_t)gbatch * panel + 4096;
-    double *dacc = (double *)(tail + (tail_bytes + 63) / 64 * 64); /* [16][16]: chunked calls */
+    double *dacc = (double *)(scr + (size_t)gbatch * panel + 4096); /* [16][16]: chunked calls */
     const bool chunked = a->chunk_end != NULL;
     NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nb));
-    if (tail_rows) {
-        memset(tail, 0, 16 * tail_stride);
-        for (int r = 0; r < tail_rows; r++)
-            memcpy(tail + (size_t)r * tail_stride, a->act + (size_t)(m - tail_rows + r) * a->act_stride, tail_stride);
-    }
 
     struct amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -361,13 +357,12 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
         }
         for (int m0 = 0; m0 < m; m0 += 16) {
             const int rows = NM_MIN(16, m - m0);
-            const uint8_t *ab = rows == 16 ? a->act + (size_t)m0 * a->act_stride : tail;
-            const size_t as = rows == 16 ? a->act_stride : tail_stride;
+            const uint8_t *ab = a->act + (size_t)(m0 / 16) * a->act_stride;
             for (int64_t j = 0; j < ng; j++) {
                 __m512 acc[16];
                 NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
                 if (chunked) memset(dacc, 0, 256 * sizeof(double));
-                amx_i8_dot(t, ab, as, pnl + (size_t)j * panel, ps, nb, cb, acc, a->chunk_end, dacc);
+                amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, nb, cb, acc, a->chunk_end, dacc);
                 const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
                 const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
                 const __mmask8 rm0 = (__mmask8)(rm & 0xFF), rm1 = (__mmask8)(rm >> 8);
