@@ -282,8 +282,12 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
             j.cas[c] = cs;
         }
     }
-    /* The int8 tile kernel takes chunks that cover K end to end, unmasked, in one call. */
-    if (chunks && amx && q8) {
+    /* The int8 tile kernel and the AVX-512 GEMV (m = 1, not F16) take chunks that cover K end
+     * to end, unmasked, in one call (pk_args.chunk_end). */
+    const struct kern_isa *avx = kern_isa_find("avx512", NULL);
+    const bool takes_chunks =
+        amx ? q8 : x->m == 1 && t != DTYPE_F16 && avx != NULL && j.fn == avx->pk_gemm;
+    if (chunks && takes_chunks) {
         bool whole = n_chunks > 0 && chunks[0].w0 == 0 && chunks[n_chunks - 1].w1 == w->k;
         for (int c = 0; c < n_chunks && whole; c++)
             whole = masked[c] == NULL && chunks[c].w1 % 32 == 0 && (c == 0 || chunks[c].w0 == chunks[c - 1].w1);

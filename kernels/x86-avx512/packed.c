@@ -462,27 +462,50 @@ NM_INLINE void gemv_unit_bf16(const int G, const uint8_t *const *u, const float 
 }
 
 /* G runs of `steps` groups each, run i starting at group g0 + i * steps; row groups past
- * n_rows are not written. */
+ * n_rows are not written. With chunk ends (pk_args.chunk_end), each chunk's f32 partial (BF16:
+ * its even and odd sums added, as at the end of a call) is added in double to a per-group
+ * accumulator as the chunk ends, and the sums go to yd at the end: the bits of one call per
+ * chunk, with the streams running over all of K. */
 NM_INLINE void gemv_runs(const enum dtype t, const int G, const struct pk_args *ar, int64_t g0, int64_t steps, int pf) {
     const size_t ub = pk_unit_bytes(t);
     const int ublk = pk_unit_cols(t) / 32;
     for (int64_t k = 0; k < steps; k++) {
         const uint8_t *w[GEMV_STREAMS];
         __m512 acc[GEMV_STREAMS], acc1[GEMV_STREAMS];
+        __m512d dlo[GEMV_STREAMS], dhi[GEMV_STREAMS];
         NM_UNROLL for (int g = 0; g < G; g++) {
             w[g] = ar->w + (size_t)(g0 + g * steps + k) * ar->group_stride;
             acc[g] = acc1[g] = _mm512_setzero_ps();
+            dlo[g] = dhi[g] = _mm512_setzero_pd();
         }
+        const int32_t *ce = ar->chunk_end;
         for (int64_t un = 0; un < ar->n_units; un++) {
             const uint8_t *u[GEMV_STREAMS];
             NM_UNROLL for (int g = 0; g < G; g++) u[g] = w[g] + (size_t)un * ub;
             if (t == DTYPE_BF16) gemv_unit_bf16(G, u, (const float *)ar->act + 32 * un, pf, acc, acc1);
             else gemv_unit_q(t, G, u, (const block_q8x *)ar->act + ublk * un, pf, acc);
+            if (ce && (un + 1) * ublk == *ce) {
+                NM_UNROLL for (int g = 0; g < G; g++) {
+                    const __m512 part = t == DTYPE_BF16 ? _mm512_add_ps(acc[g], acc1[g]) : acc[g];
+                    dlo[g] = _mm512_add_pd(dlo[g], _mm512_cvtps_pd(_mm512_castps512_ps256(part)));
+                    dhi[g] = _mm512_add_pd(
+                        dhi[g], _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(part), 1))));
+                    acc[g] = acc1[g] = _mm512_setzero_ps();
+                }
+                ce++;
+            }
         }
         NM_UNROLL for (int g = 0; g < G; g++) {
             if (t == DTYPE_BF16) acc[g] = _mm512_add_ps(acc[g], acc1[g]);
             const int64_t gi = g0 + g * steps + k, rows = NM_MIN((int64_t)PK_ROWS, ar->n_rows - gi * PK_ROWS);
             const __mmask16 rm = (__mmask16)(rows >= 16 ? 0xFFFF : (1u << rows) - 1u);
+            if (ar->chunk_end) { /* yd += the chunks' double sum (yd starts at 0) */
+                double *yd = ar->yd + gi * PK_ROWS;
+                const __mmask8 m0 = (__mmask8)(rm & 0xFF), m1 = (__mmask8)(rm >> 8);
+                _mm512_mask_storeu_pd(yd, m0, _mm512_add_pd(_mm512_maskz_loadu_pd(m0, yd), dlo[g]));
+                _mm512_mask_storeu_pd(yd + 8, m1, _mm512_add_pd(_mm512_maskz_loadu_pd(m1, yd + 8), dhi[g]));
+                continue;
+            }
             nm_store_rows(ar->yd ? NULL : ar->y + gi * PK_ROWS, ar->yd ? ar->yd + gi * PK_ROWS : NULL, rm, acc[g]);
         }
     }
@@ -521,7 +544,8 @@ static void pk_gemv(const struct pk_args *a, int pf) {
 static void pk_gemm_avx512(const struct pk_args *a) {
     const pk_group_fn *fns = k_groups[a->type];
     NM_ASSERT(fns[1] != NULL);
-    NM_ASSERT(a->chunk_end == NULL); /* chunks in one call: the AMX int8 kernel only (packed.h) */
+    /* chunks in one call: the GEMV here (not F16), and the AMX int8 kernel (packed.h) */
+    NM_ASSERT(a->chunk_end == NULL || (a->m == 1 && k_gemv[a->type][0] && a->yd));
     const int pf = pk_prefetch_bytes();
     if (a->m == 1 && k_gemv[a->type][0]) {
         pk_gemv(a, pf);

@@ -304,7 +304,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
     const int ucols = pk_unit_cols(t);
     const int nunits = 2 + krng_int(r, 4);
     const int64_t k = (int64_t)ucols * nunits, n = 1 + krng_int(r, 45);
-    const int m = 1 + krng_int(r, 20);
+    const int m = krng_int(r, 3) ? 1 + krng_int(r, 20) : 1; /* m = 1: the GEMV (decode) */
     const size_t rs = dtype_row_size(t, k);
     uint8_t *src = malloc(rs * (size_t)n);
     random_rows(r, t, src, rs, k, n);
@@ -353,6 +353,21 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const bool tiles = fl && g_have_amx && m >= kern_matmul_amx_min_m(t);
     kcheck(got, want, mag, (int64_t)m * n, tiles ? TOL_BF16_TILES : tol, "chunked %s k=%" PRId64 " n=%" PRId64 " m=%d", dtype_get(t)->name, k, n, m);
+    /* the plain-C kernel, one call per chunk, gives the auto path's bits (VNNI, which takes the
+     * chunks in one call for m = 1: pk_args.chunk_end), wherever the auto path is not bf16 tiles */
+    if (!tiles) {
+        block_q8x *q8r = malloc(act_q8_bytes(m, k) + 1);
+        struct act xr = {.m = m, .k = k, .f32 = x, .q8 = q8r};
+        double *ydq = malloc((size_t)m * n * 8);
+        kern_matmul_force_path(KERN_PATH_REF);
+        kern_matmul_chunked_f64(pool, &wp, &xr, ch, nc, ydq, n);
+        kern_matmul_force_path(KERN_PATH_AUTO);
+        if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
+            ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the ref path differs from the auto path's bits",
+                       dtype_get(t)->name, k, n, m);
+        free(q8r);
+        free(ydq);
+    }
     /* the tile algorithm on the chunked path (emulated, and real where the CPU has AMX): quantized
      * types give the same bits as the auto path's result (VNNI or tiles), floats within the bf16
      * tolerance */
