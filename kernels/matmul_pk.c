@@ -46,30 +46,40 @@ int kern_matmul_amx_min_m(enum dtype type) {
 
 typedef void (*pk_fn)(const struct pk_args *);
 
-static pk_fn pk_choose(enum dtype t, int m, bool *amx) {
+/* The kernel for type t and m activation rows; *amx: it is the tile kernel (real or emulated);
+ * *chunks: it takes a row-parallel matmul's chunks in one call (pk_args.chunk_end): the int8
+ * tiles, and the AVX-512 GEMV (m = 1) of every type but F16. */
+static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *chunks) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const struct cpu_features *f = cpu_features_get();
     const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
+    const bool gemv_chunks = m == 1 && t != DTYPE_F16;
     *amx = false;
+    *chunks = false;
     switch (g_path) {
     case KERN_PATH_AUTO:
         if (amx_ok && m >= kern_matmul_amx_min_m(t)) {
             *amx = true;
+            *chunks = !fl;
             return pk_gemm_amx;
         }
+        *chunks = gemv_chunks && isa_is_avx512();
         return kern_isa_get()->pk_gemm;
     case KERN_PATH_VNNI: {
         const struct kern_isa *isa = kern_isa_find("avx512", NULL);
         NM_ASSERT(isa != NULL); /* forced VNNI on a CPU without the avx512 path */
+        *chunks = gemv_chunks;
         return isa->pk_gemm;
     }
     case KERN_PATH_AMX:
         NM_ASSERT(amx_ok); /* forced AMX on a CPU (or OS) without it */
         *amx = true;
+        *chunks = !fl;
         return pk_gemm_amx;
     case KERN_PATH_AMX_EMU:
         NM_ASSERT(kern_isa_find("avx512", NULL) != NULL);
         *amx = true;
+        *chunks = !fl;
         return pk_gemm_amx_emu;
     case KERN_PATH_REF: return pk_gemm_ref;
     }
@@ -228,7 +238,8 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
                        .unit_bytes = pk_unit_bytes(t), .yf = yf, .yd = yd, .ldy = ldy, .chunks = chunks,
                        .n_chunks = n_chunks, .unit_cols = pk_unit_cols(t)};
     j.group_stride = (size_t)j.n_units * j.unit_bytes;
-    j.fn = pk_choose(t, x->m, &amx);
+    bool takes_chunks;
+    j.fn = pk_choose(t, x->m, &amx, &takes_chunks);
     const int64_t kpad = j.n_units * j.unit_cols;
     uint8_t *prep = NULL;
     size_t esize; /* bytes per activation column (q8x: per 32 columns, 40) */
@@ -282,11 +293,7 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
             j.cas[c] = cs;
         }
     }
-    /* The int8 tile kernel and the AVX-512 GEMV (m = 1, not F16) take chunks that cover K end
-     * to end, unmasked, in one call (pk_args.chunk_end). */
-    const struct kern_isa *avx = kern_isa_find("avx512", NULL);
-    const bool takes_chunks =
-        amx ? q8 : x->m == 1 && t != DTYPE_F16 && avx != NULL && j.fn == avx->pk_gemm;
+    /* Chunks that cover K end to end, unmasked, go to such a kernel in one call. */
     if (chunks && takes_chunks) {
         bool whole = n_chunks > 0 && chunks[0].w0 == 0 && chunks[n_chunks - 1].w1 == w->k;
         for (int c = 0; c < n_chunks && whole; c++)

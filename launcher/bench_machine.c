@@ -348,7 +348,7 @@ void bench_machine_print(const struct bench_machine *m, FILE *f, bool markdown) 
     char why[256];
     const int n_cuda = gpu_device_count(why, sizeof why);
     for (int i = 0; i < n_cuda; i++) {
-        struct gpu_info g;
+        struct cuk_device_info g;
         if (gpu_device_info(i, &g, why, sizeof why) == NM_OK)
             fprintf(f, "%sCUDA device %d: %s, %.0f GiB, memory bandwidth %.0f GB/s (theoretical: %d-bit bus at %d MHz), "
                        "PCI %s: runs the layers of rows with ngl > 0\n",

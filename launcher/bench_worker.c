@@ -253,8 +253,7 @@ int bench_worker_main(int argc, char **argv) {
     const int lrc = session_launch(&req, &o.so);
     if (lrc >= 0) return lrc;
     struct session s;
-    const char *prof = getenv("NM_PROFILE");
-    struct worker w = {.s = &s, .o = &o, .ids = {.state = 0x9E3779B97F4A7C15ull}, .profile = prof && *prof && strcmp(prof, "0")};
+    struct worker w = {.s = &s, .o = &o, .ids = {.state = 0x9E3779B97F4A7C15ull}, .profile = engine_profile_requested()};
     enum nm_status st = session_open(&s, &o.so, w.err, sizeof w.err);
     if (!st) {
         int64_t n_ctx = 1;

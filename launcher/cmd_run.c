@@ -225,8 +225,7 @@ static void print_summary(const struct gen *g, int n_prompt, double t_prompt, do
         nm_log_info("generation reads %.1f MiB of weights per token per rank: %.2f GB/s per rank", bytes / (1 << 20),
                     bytes * tps / 1e9);
     }
-    const char *prof = getenv("NM_PROFILE");
-    if (prof && *prof && strcmp(prof, "0")) { /* time by forward-pass phase, prompt and generation */
+    if (engine_profile_requested()) { /* time by forward-pass phase, prompt and generation */
         char line[512];
         const double zero[ENGINE_PH_N] = {0};
         if (n_prompt > 0) {

@@ -267,6 +267,11 @@ void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]) {
     memcpy(out, e->t_phase, sizeof e->t_phase);
 }
 
+bool engine_profile_requested(void) {
+    const char *e = getenv("NM_PROFILE");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 const char *engine_phase_name(enum engine_phase ph) {
     static const char *names[ENGINE_PH_N] = {"matmul", "attention", "row-wise", "allreduce", "head", "gpu stage"};
     return ph < ENGINE_PH_N ? names[ph] : "?";
@@ -422,12 +427,9 @@ struct attn_job {
     int64_t pos0; /* position of the first */
 };
 
-/* Queries of one head per prompt work item: enough to reuse each K/V row loaded, few enough that
- * every thread gets several items. */
-#define ATTN_ITEM_QUERIES ATTN_Q_BLOCK
-
 /* Token i attends to positions 0 .. pos0+i. Decode (one token): one local head per work item,
- * op_attention_head. Prompts: ATTN_ITEM_QUERIES consecutive queries of one head per work item,
+ * op_attention_head. Prompts: ATTN_Q_BLOCK consecutive queries of one head per work item (the
+ * kernel's block: enough to reuse every K/V value loaded, few enough for several items per thread),
  * op_attention_queries (flash-style: key blocks with an online softmax, no score matrix); items
  * are dealt round-robin, since later queries see more keys. */
 static void attn_worker(void *ctx, int ith, int nth) {
@@ -439,11 +441,11 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const size_t es = e->kv.type == DTYPE_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scratch = e->scores + (int64_t)ith * e->scores_stride;
-    const long q_blocks = j->n == 1 ? 1 : (j->n + ATTN_ITEM_QUERIES - 1) / ATTN_ITEM_QUERIES;
+    const long q_blocks = j->n == 1 ? 1 : (j->n + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK;
     for (long item = ith; item < q_blocks * nh; item += nth) {
         const int64_t h = item % nh;                                         /* local query head */
         const int64_t hk = (sh->q_heads.begin + h) / group - sh->kv_heads.begin; /* local KV head */
-        const int i0 = (int)(item / nh) * ATTN_ITEM_QUERIES, n_q = NM_MIN(ATTN_ITEM_QUERIES, j->n - i0);
+        const int i0 = (int)(item / nh) * ATTN_Q_BLOCK, n_q = NM_MIN(ATTN_Q_BLOCK, j->n - i0);
         const float *q = e->q + (int64_t)i0 * nh * hd + h * hd;
         float *out = e->att + (int64_t)i0 * e->wo_k + e->wo_off + h * hdv;
         const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) + (size_t)(hk * hd) * es;

@@ -80,6 +80,8 @@ enum engine_phase {
     ENGINE_PH_N
 };
 void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]);
+/* Whether the environment asks for the phase report (NM_PROFILE set, not empty, not 0). */
+bool engine_profile_requested(void);
 const char *engine_phase_name(enum engine_phase ph);
 /* "matmul 61.2%, attention 20.3%, ..., other 1.0%": each phase's share of total_s between two
  * engine_phase_seconds snapshots; other = total_s minus the phases. */

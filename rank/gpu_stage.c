@@ -90,25 +90,13 @@ struct gpu_stage {
 
 int gpu_device_count(char *why, size_t whylen) { return cuk_device_count(why, whylen); }
 
-enum nm_status gpu_device_info(int dev, struct gpu_info *out, char *err, size_t errlen) {
+enum nm_status gpu_device_info(int dev, struct cuk_device_info *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     char why[256];
     const int n = cuk_device_count(why, sizeof why);
     if (n == 0) return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
     if (dev < 0 || dev >= n) return nm_errf(err, errlen, NM_ERR_ARGS, "CUDA device %d; devices are 0..%d", dev, n - 1);
-    struct cuk_device_info ci;
-    if (cuk_device_info_get(dev, &ci, why, sizeof why))
-        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
-    snprintf(out->name, sizeof out->name, "%s", ci.name);
-    snprintf(out->pci_bus_id, sizeof out->pci_bus_id, "%s", ci.pci_bus_id);
-    out->total_bytes = ci.total_bytes;
-    out->free_bytes = ci.free_bytes;
-    out->bus_width_bits = ci.bus_width_bits;
-    out->mem_clock_khz = ci.mem_clock_khz;
-    out->bandwidth_gbs = ci.bandwidth_gbs;
-    out->cc_major = ci.cc_major;
-    out->cc_minor = ci.cc_minor;
-    out->sm_count = ci.sm_count;
+    if (cuk_device_info_get(dev, out, why, sizeof why)) return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
     return NM_OK;
 }
 
@@ -347,7 +335,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
         st = nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "%s", why);
         goto fail;
     }
-    struct gpu_info gi;
+    struct cuk_device_info gi;
     if (gpu_device_info(p->device, &gi, NULL, 0) == NM_OK)
         nm_log_info("GPU: device %d: %s, %.1f GiB (%.1f free), %d-bit bus at %d MHz: %.0f GB/s theoretical, PCI %s",
                     p->device, gi.name, (double)gi.total_bytes / (1 << 30), (double)gi.free_bytes / (1 << 30),

@@ -30,27 +30,19 @@
 #include <stdint.h>
 
 #include "base.h"
+#include "cuda_kernels.h" /* struct cuk_device_info */
 #include "forward.h" /* engine_layer_hook */
 #include "gguf.h"
 #include "model.h"
 
 /* ---- devices ------------------------------------------------------------------------------ */
 
-struct gpu_info {
-    char name[256];
-    uint64_t total_bytes, free_bytes;
-    int bus_width_bits;
-    int mem_clock_khz;
-    double bandwidth_gbs; /* theoretical memory bandwidth: 2 x clock x bus width / 8 */
-    char pci_bus_id[32];  /* "0000:1b:00.0" (lower case, as hwloc prints it) */
-    int cc_major, cc_minor, sm_count;
-};
-
 /* Number of CUDA devices; 0 with the reason in why ("no CUDA device: <cudaGetErrorString>", or
  * "... built without CUDA") when none can be used. */
 int gpu_device_count(char *why, size_t whylen);
-/* Facts about device dev. NM_ERR_ARGS/NM_ERR_UNSUPPORTED with a message when it cannot be read. */
-enum nm_status gpu_device_info(int dev, struct gpu_info *out, char *err, size_t errlen);
+/* Facts about device dev (cuda_kernels.h: name, memory, bandwidth, PCI id, ...).
+ * NM_ERR_ARGS/NM_ERR_UNSUPPORTED with a message when it cannot be read. */
+enum nm_status gpu_device_info(int dev, struct cuk_device_info *out, char *err, size_t errlen);
 
 /* ---- the stage ---------------------------------------------------------------------------- */
 

@@ -58,23 +58,39 @@ struct __align__(8) cuk_q8s {
 };
 static inline size_t cuk_q8_qbytes(int m, int64_t k) { return ((size_t)m * (size_t)k + 15) / 16 * 16; }
 
-/* The calling warp's 32 values v (lane i holds position i of the block) quantized as
- * quantize_act_q8x_ref: d = max|v| / 127, q = rint(v / d) (as v * (1/d)), stored to q[0..32)
- * and *s. Returns the rounded value q * d (what cuk_act_round_q8 gives). */
-__device__ __forceinline__ float cuk_q8_warp_store(float v, int8_t *q, struct cuk_q8s *s) {
-    const int lane = threadIdx.x & 31;
-    float amax = fabsf(v);
+/* Warp reductions: every lane gets op over the warp's 32 values (a butterfly: op(own, other)). */
+struct cuk_op_add {
+    template <typename V> __device__ __forceinline__ V operator()(V a, V b) const { return a + b; }
+};
+struct cuk_op_max {
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+template <typename V, typename Op> __device__ __forceinline__ V cuk_warp_reduce(V v, Op op) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* The calling warp's 32 values v (lane i holds position i of the block) rounded as
+ * quantize_act_q8x_ref: d = max|v| / 127, q = rint(v / d) (as v * (1/d)). Returns q; *d_out = d. */
+__device__ __forceinline__ float cuk_q8_warp_quant(float v, float *d_out) {
+    const float amax = cuk_warp_reduce(fabsf(v), cuk_op_max());
     float d = amax / 127.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     if (isinf(id)) d = id = 0.0f;
-    const float r = rintf(v * id);
+    *d_out = d;
+    return rintf(v * id);
+}
+
+/* The same, stored to q[0..32) and *s (isum = sum of q). Returns the rounded value q * d (what
+ * cuk_act_round_q8 gives). */
+__device__ __forceinline__ float cuk_q8_warp_store(float v, int8_t *q, struct cuk_q8s *s) {
+    const int lane = threadIdx.x & 31;
+    float d;
+    const float r = cuk_q8_warp_quant(v, &d);
     const int qi = (int)r;
     q[lane] = (int8_t)qi;
-    int isum = qi;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
+    const int isum = cuk_warp_reduce(qi, cuk_op_add());
     if (lane == 0) *s = cuk_q8s{d, isum};
     return r * d;
 }

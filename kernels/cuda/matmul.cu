@@ -195,35 +195,24 @@ template <> struct QT<DTYPE_Q6_K> {
     }
 };
 
-template <> struct QT<DTYPE_F16> {
+/* F16 and BF16 rows: 8 values per 16-byte unit, widened exactly. */
+template <bool BF> struct QT_half {
     static constexpr int UV = 8, G = 2;
     static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
         const uint4 r = *(const uint4 *)(row + (size_t)u * 16);
         const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            v[2 * j] = h2f((uint16_t)(w[j] & 0xFFFF));
-            v[2 * j + 1] = h2f((uint16_t)(w[j] >> 16));
+            const uint16_t lo = (uint16_t)(w[j] & 0xFFFF), hi = (uint16_t)(w[j] >> 16);
+            v[2 * j] = BF ? bf2f(lo) : h2f(lo);
+            v[2 * j + 1] = BF ? bf2f(hi) : h2f(hi);
         }
         pos[0] = u * 8;
         pos[1] = u * 8 + 4;
     }
 };
-
-template <> struct QT<DTYPE_BF16> {
-    static constexpr int UV = 8, G = 2;
-    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
-        const uint4 r = *(const uint4 *)(row + (size_t)u * 16);
-        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            v[2 * j] = bf2f((uint16_t)(w[j] & 0xFFFF));
-            v[2 * j + 1] = bf2f((uint16_t)(w[j] >> 16));
-        }
-        pos[0] = u * 8;
-        pos[1] = u * 8 + 4;
-    }
-};
+template <> struct QT<DTYPE_F16> : QT_half<false> {};
+template <> struct QT<DTYPE_BF16> : QT_half<true> {};
 
 template <> struct QT<DTYPE_F32> {
     static constexpr int UV = 4, G = 1;
@@ -263,8 +252,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             acc += v[4 * g] * xv.x + v[4 * g + 1] * xv.y + v[4 * g + 2] * xv.z + v[4 * g + 3] * xv.w;
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    acc = cuk_warp_reduce(acc, cuk_op_add());
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 
@@ -486,8 +474,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
         const cuk_q8s *su = sa + (int64_t)u0 * QV<T>::UV / 32;
         for (int u = lane; u < nu; u += 32) acc += QV<T>::dot(sm, u, au, su);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    acc = cuk_warp_reduce(acc, cuk_op_add());
     if (lane == 0) {
         float *y = o.y[p] + (int64_t)col * o.ldy[p] + row;
         if (o.bias[p]) acc += o.bias[p][row];
@@ -524,8 +511,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const float *xr = x + (int64_t)(col / x_div) * ldx;
     float acc = 0.0f;
     for (int i = lane; i < k; i += 32) acc += f_elem(t, wr, i) * xr[i];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    acc = cuk_warp_reduce(acc, cuk_op_add());
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 

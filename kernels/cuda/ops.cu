@@ -13,53 +13,21 @@ namespace {
 
 constexpr int NT = 256; /* threads of the row kernels */
 
-__device__ __forceinline__ double warp_sum_d(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* Block-wide reductions (every thread gets the result); red holds 32 values. */
-__device__ double block_sum_d(double v, double *red) {
+/* Block-wide reduction (every thread gets the result); red holds 32 values, init is op's
+ * identity. */
+template <typename V, typename Op> __device__ V block_reduce(V v, V *red, V init, Op op) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum_d(v);
+    v = cuk_warp_reduce(v, op);
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    double t = 0;
-    for (int i = 0; i < nw; i++) t += red[i];
+    V t = init;
+    for (int i = 0; i < nw; i++) t = op(t, red[i]);
     return t;
 }
-__device__ float block_sum(float v, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = 0;
-    for (int i = 0; i < nw; i++) t += red[i];
-    return t;
-}
-__device__ float block_max(float v, float *red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = -INFINITY;
-    for (int i = 0; i < nw; i++) t = fmaxf(t, red[i]);
-    return t;
-}
+__device__ double block_sum_d(double v, double *red) { return block_reduce(v, red, 0.0, cuk_op_add()); }
+__device__ float block_sum(float v, float *red) { return block_reduce(v, red, 0.0f, cuk_op_add()); }
+__device__ float block_max(float v, float *red) { return block_reduce(v, red, -INFINITY, cuk_op_max()); }
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *__restrict__ w, int64_t n, float eps) {
     __shared__ double red[32];
@@ -454,12 +422,8 @@ __global__ void act_round_q8_kernel(float *y, const float *x, int64_t n_blocks) 
     if (b >= n_blocks) return;
     const int lane = threadIdx.x % 32;
     const float v = x[b * 32 + lane];
-    float amax = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (isinf(id)) d = id = 0.0f;
-    y[b * 32 + lane] = rintf(v * id) * d;
+    float d;
+    y[b * 32 + lane] = cuk_q8_warp_quant(v, &d) * d;
 }
 
 extern "C" void cuk_act_round_q8(struct cuk_ctx *c, float *y, const float *x, int64_t n) {

@@ -41,17 +41,19 @@ static int pk_prefetch_bytes(void) {
     return g_pf;
 }
 
-/* Prefetch the `bytes` bytes at p with the hint chosen above. */
-NM_INLINE void pk_prefetch(const uint8_t *p, size_t bytes) {
+/* Prefetch, with the hint chosen above, the cache lines that start in [lo, hi) (abutting ranges:
+ * each line once). */
+NM_INLINE void pf_lines(const uint8_t *lo, const uint8_t *hi) {
+    uintptr_t a = ((uintptr_t)lo + 63) & ~(uintptr_t)63;
     switch (g_pf_hint) {
     case 1:
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T1);
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
         break;
     case 2:
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_NTA);
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_NTA);
         break;
     default:
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
         break;
     }
 }
@@ -224,7 +226,7 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
     NM_UNROLL for (int c = 0; c < C; c++) acc[c] = acc1[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *up = wg + (size_t)u * ub;
-        if (C == 1 && pf > 0) pk_prefetch(up + pf, ub);
+        if (C == 1 && pf > 0) pf_lines(up + pf, up + pf + ub);
         if (fl) unit_f(t, C, up, act, as, 32 * u, acc, acc1);
         else unit_q(t, C, up, act, as, ublk * u, acc);
     }
@@ -276,21 +278,6 @@ static const pk_group_fn k_groups[DTYPE_COUNT][5] = {PK_ROW(Q4_0), PK_ROW(Q4_1),
  *     with the nibble by one vpternlogd. */
 #define GEMV_STREAMS 4
 
-/* Prefetch the cache lines that start in [lo, hi) (abutting ranges: each line once). */
-NM_INLINE void pf_lines(const uint8_t *lo, const uint8_t *hi) {
-    uintptr_t a = ((uintptr_t)lo + 63) & ~(uintptr_t)63;
-    switch (g_pf_hint) {
-    case 1:
-        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
-        break;
-    case 2:
-        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_NTA);
-        break;
-    default:
-        for (; a < (uintptr_t)hi; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-        break;
-    }
-}
 
 /* int32 lanes: bias + the dot product of one nibble sub-block (4 lines at p) with block a, for
  * G groups; Q5_K adds the fifth bits (hi at 64-byte stride per group). */

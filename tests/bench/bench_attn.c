@@ -14,17 +14,6 @@
 #include "cpu.h"
 #include "ops.h"
 
-/* Core clock: a chain of dependent adds runs one per cycle. */
-static double clock_ghz(void) {
-    volatile uint64_t sink;
-    uint64_t x = 0;
-    const uint64_t n = 200000000;
-    const uint64_t t0 = nm_time_ns();
-    for (uint64_t i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
-    sink = x;
-    (void)sink;
-    return (double)n / (double)(nm_time_ns() - t0);
-}
 
 static void run_prompt(bool ref, float *out, const float *q, const void *k, const void *v, enum dtype kt, int64_t n,
                        int64_t hd, float *scratch) {
@@ -58,7 +47,7 @@ int main(int argc, char **argv) {
             return strcmp(argv[i], "-h") ? 2 : 0;
         }
     }
-    const double ghz = clock_ghz(), peak = ghz * 64.0; /* GFLOP/s: 2 FMA ports x 16 lanes x 2 */
+    const double ghz = bench_clock_ghz(), peak = ghz * 64.0; /* GFLOP/s: 2 FMA ports x 16 lanes x 2 */
     printf("# bench_attn: ISA %s, KV %s, 1 thread, clock %.2f GHz (measured), FMA peak %.0f GFLOP/s\n",
            kern_isa_get()->name, kt == DTYPE_F16 ? "f16" : "f32", ghz, peak);
     printf("| n | head_dim | ms (median) | GFLOP/s | %% peak | ref ms | speed-up |\n|---|---|---|---|---|---|---|\n");

@@ -36,14 +36,6 @@ static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, 
 #define SWEEP_SHAPE 2 /* 4096x14336 */
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
-/* Core clock: a chain of dependent adds runs one per cycle. */
-static double measure_ghz(void) {
-    const long n = 200000000;
-    uint64_t t0 = nm_time_ns();
-    long x = 0;
-    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
-    return (double)n / (double)(nm_time_ns() - t0);
-}
 
 /* ns per kern_matmul call (median), cycling through `copies` weights */
 static double time_calls(struct pool *pool, const struct weight *w, int copies, struct act *x, float *y, int reps) {
@@ -97,7 +89,7 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     const int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
     const bool amx = kern_amx_available();
-    const double ghz = measure_ghz();
+    const double ghz = bench_clock_ghz();
     printf("# bench_gemm: ISA %s, AMX %s, %d cpus, clock %.2f GHz (measured); GEMV m=1 from DRAM (>= %zu MiB cycled);"
            " GEMM m=%d; median of %d reps\n",
            kern_isa_get()->name, amx ? "yes" : "no", ncpu, ghz, COPY_BYTES_MIN >> 20, m_gemm, reps);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base.h"
 #include "quant.h"
 #include "types.h"
 
@@ -63,6 +64,15 @@ static inline double bench_median(double *v, int n, double *lo, double *hi) {
     if (lo) *lo = v[0];
     if (hi) *hi = v[n - 1];
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Core clock in GHz: a chain of dependent adds runs one per cycle. */
+static inline double bench_clock_ghz(void) {
+    const long n = 200000000;
+    const uint64_t t0 = nm_time_ns();
+    long x = 0;
+    for (long i = 0; i < n; i++) __asm__ volatile("add $1, %0" : "+r"(x));
+    return (double)n / (double)(nm_time_ns() - t0);
 }
 
 /* Whether word is in the comma-separated list (case-insensitive); a NULL list holds everything. */

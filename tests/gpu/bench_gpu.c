@@ -205,7 +205,7 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
 
 int main(int argc, char **argv) {
     gtest_require_device("bench_gpu");
-    struct gpu_info gi;
+    struct cuk_device_info gi;
     char err[256];
     if (gpu_device_info(0, &gi, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);

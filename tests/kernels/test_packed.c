@@ -197,20 +197,41 @@ static float *run_packed(struct pool *pool, enum kern_path path, const struct we
     return y;
 }
 
+/* A random k x n weight of type t as GGUF rows (src, wr) and packed (dst, wp), with m random
+ * activation rows x: the setup of the matmul tests. */
+struct pk_case {
+    size_t rs; /* bytes per GGUF row */
+    uint8_t *src, *dst;
+    struct weight wr, wp;
+    float *x;
+};
+static void pk_case_init(struct pk_case *c, krng *r, struct pool *pool, enum dtype t, int64_t k, int64_t n, int m) {
+    c->rs = dtype_row_size(t, k);
+    c->src = malloc(c->rs * (size_t)n);
+    random_rows(r, t, c->src, c->rs, k, n);
+    c->wr = weight_rows(t, k, n, c->src);
+    c->dst = alloc64(weight_packed_bytes(layout_of(t), t, k, n));
+    weight_pack(pool, layout_of(t), t, k, n, c->src, c->rs, c->dst, &c->wp);
+    c->x = malloc((size_t)m * k * 4);
+    for (int i = 0; i < m; i++) krng_acts(r, c->x + (size_t)i * k, k);
+}
+static void pk_case_free(struct pk_case *c) {
+    free(c->src);
+    nm_free(c->dst);
+    free(c->x);
+}
+
 static void test_matmul(krng *r, struct pool *pool, enum dtype t, double tol, int64_t k, int64_t n, int m,
                         bool emu, bool amx_only) {
     char label[160];
     snprintf(label, sizeof label, "kern_matmul %s k=%" PRId64 " n=%" PRId64 " m=%d threads=%d", dtype_get(t)->name, k,
              n, m, pool_size(pool));
-    const size_t rs = dtype_row_size(t, k);
-    uint8_t *src = malloc(rs * (size_t)n);
-    random_rows(r, t, src, rs, k, n);
-    const struct weight wr = weight_rows(t, k, n, src);
-    struct weight wp;
-    uint8_t *dst = alloc64(weight_packed_bytes(layout_of(t), t, k, n));
-    weight_pack(pool, layout_of(t), t, k, n, src, rs, dst, &wp);
-    float *x = malloc((size_t)m * k * 4);
-    for (int i = 0; i < m; i++) krng_acts(r, x + (size_t)i * k, k);
+    struct pk_case pc;
+    pk_case_init(&pc, r, pool, t, k, n, m);
+    const size_t rs = pc.rs;
+    const uint8_t *src = pc.src;
+    const struct weight wr = pc.wr, wp = pc.wp;
+    const float *x = pc.x;
     block_q8x *q8 = malloc(act_q8_bytes(m, k) + 1);
     struct act xr = {.m = m, .k = k, .f32 = x, .q8 = q8};
     const int64_t ldy = n + 3;
@@ -286,9 +307,7 @@ static void test_matmul(krng *r, struct pool *pool, enum dtype t, double tol, in
         nm_free(ds);
     }
     free(first);
-    free(src);
-    nm_free(dst);
-    free(x);
+    pk_case_free(&pc);
     free(q8);
     free(want);
     free(mag);
@@ -305,15 +324,12 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
     const int nunits = 2 + krng_int(r, 4);
     const int64_t k = (int64_t)ucols * nunits, n = 1 + krng_int(r, 45);
     const int m = krng_int(r, 3) ? 1 + krng_int(r, 20) : 1; /* m = 1: the GEMV (decode) */
-    const size_t rs = dtype_row_size(t, k);
-    uint8_t *src = malloc(rs * (size_t)n);
-    random_rows(r, t, src, rs, k, n);
-    const struct weight wr = weight_rows(t, k, n, src);
-    struct weight wp;
-    uint8_t *dst = alloc64(weight_packed_bytes(layout_of(t), t, k, n));
-    weight_pack(pool, layout_of(t), t, k, n, src, rs, dst, &wp);
-    float *x = malloc((size_t)m * k * 4);
-    for (int i = 0; i < m; i++) krng_acts(r, x + (size_t)i * k, k);
+    struct pk_case pc;
+    pk_case_init(&pc, r, pool, t, k, n, m);
+    const size_t rs = pc.rs;
+    const uint8_t *src = pc.src;
+    const struct weight wr = pc.wr, wp = pc.wp;
+    const float *x = pc.x;
     /* chunks: half the cases split at every unit boundary with one chunk masked to a 32-column
      * sub-range; the others end to end and unmasked, of one or more units each (the tile kernel
      * then takes them all in one call, pk_args.chunk_end) */
@@ -416,9 +432,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
         free(y1);
         free(y2);
     }
-    free(src);
-    nm_free(dst);
-    free(x);
+    pk_case_free(&pc);
     free(q8a);
     free(q8b);
     free(yd);
