@@ -98,56 +98,31 @@ template <> struct QT<DTYPE_Q8_0> {
     }
 };
 
-template <> struct QT<DTYPE_Q4_K> {
-    static constexpr int UV = 32, G = 8;
-    static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
-        const int b = u >> 3, i = u & 7, c = i >> 1, l0 = (i & 1) * 16;
-        const uint8_t *blk = row + (size_t)b * 144;
-        const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
-        uint8_t s[12];
-        *(uint32_t *)(s + 0) = ld32(blk + 4);
-        *(uint32_t *)(s + 4) = ld32(blk + 8);
-        *(uint32_t *)(s + 8) = ld32(blk + 12);
-        int sc, m;
-        scale_min_k4(2 * c, s, &sc, &m);
-        const float d1 = d * (float)sc, m1 = dmin * (float)m;
-        scale_min_k4(2 * c + 1, s, &sc, &m);
-        const float d2 = d * (float)sc, m2 = dmin * (float)m;
-        const uint4 q4 = *(const uint4 *)(blk + 16 + c * 32 + l0);
-        const uint32_t w[4] = {q4.x, q4.y, q4.z, q4.w};
-#pragma unroll
-        for (int h = 0; h < 4; h++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int q = (int)((w[h] >> (8 * j)) & 0xFF);
-                v[h * 4 + j] = d1 * (float)(q & 0xF) - m1;
-                v[16 + h * 4 + j] = d2 * (float)(q >> 4) - m2;
-            }
-#pragma unroll
-        for (int g = 0; g < 4; g++) {
-            pos[g] = b * 256 + c * 64 + l0 + 4 * g;
-            pos[4 + g] = pos[g] + 32;
-        }
-    }
-};
+/* Q4_K/Q5_K: the scale and min of sub-blocks 2c and 2c + 1 (d, dmin at 0, the 12 scale bytes
+ * at 4), as the dequantization uses them: value = d1 * q - m1. */
+__device__ __forceinline__ void k4_scales(const uint8_t *blk, int c, float *d1, float *m1, float *d2, float *m2) {
+    const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
+    uint8_t s[12];
+    *(uint32_t *)(s + 0) = ld32(blk + 4);
+    *(uint32_t *)(s + 4) = ld32(blk + 8);
+    *(uint32_t *)(s + 8) = ld32(blk + 12);
+    int sc, m;
+    scale_min_k4(2 * c, s, &sc, &m);
+    *d1 = d * (float)sc, *m1 = dmin * (float)m;
+    scale_min_k4(2 * c + 1, s, &sc, &m);
+    *d2 = d * (float)sc, *m2 = dmin * (float)m;
+}
 
-template <> struct QT<DTYPE_Q5_K> {
+/* Q4_K and Q5_K (FIVE: the fifth bits, 32 bytes at 16, and the codes at 48 instead of 16). */
+template <bool FIVE> struct QT_k45 {
     static constexpr int UV = 32, G = 8;
     static __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) {
         const int b = u >> 3, i = u & 7, c = i >> 1, l0 = (i & 1) * 16;
-        const uint8_t *blk = row + (size_t)b * 176;
-        const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
-        uint8_t s[12];
-        *(uint32_t *)(s + 0) = ld32(blk + 4);
-        *(uint32_t *)(s + 4) = ld32(blk + 8);
-        *(uint32_t *)(s + 8) = ld32(blk + 12);
-        int sc, m;
-        scale_min_k4(2 * c, s, &sc, &m);
-        const float d1 = d * (float)sc, m1 = dmin * (float)m;
-        scale_min_k4(2 * c + 1, s, &sc, &m);
-        const float d2 = d * (float)sc, m2 = dmin * (float)m;
-        const uint4 q4 = *(const uint4 *)(blk + 48 + c * 32 + l0);
-        const uint4 h4 = *(const uint4 *)(blk + 16 + l0);
+        const uint8_t *blk = row + (size_t)b * (FIVE ? 176 : 144);
+        float d1, m1, d2, m2;
+        k4_scales(blk, c, &d1, &m1, &d2, &m2);
+        const uint4 q4 = *(const uint4 *)(blk + (FIVE ? 48 : 16) + c * 32 + l0);
+        const uint4 h4 = FIVE ? *(const uint4 *)(blk + 16 + l0) : make_uint4(0, 0, 0, 0);
         const uint32_t w[4] = {q4.x, q4.y, q4.z, q4.w}, hw[4] = {h4.x, h4.y, h4.z, h4.w};
 #pragma unroll
         for (int h = 0; h < 4; h++)
@@ -164,6 +139,8 @@ template <> struct QT<DTYPE_Q5_K> {
         }
     }
 };
+template <> struct QT<DTYPE_Q4_K> : QT_k45<false> {};
+template <> struct QT<DTYPE_Q5_K> : QT_k45<true> {};
 
 template <> struct QT<DTYPE_Q6_K> {
     static constexpr int UV = 32, G = 8;

@@ -29,14 +29,19 @@ __device__ double block_sum_d(double v, double *red) { return block_reduce(v, re
 __device__ float block_sum(float v, float *red) { return block_reduce(v, red, 0.0f, cuk_op_add()); }
 __device__ float block_max(float v, float *red) { return block_reduce(v, red, -INFINITY, cuk_op_max()); }
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *__restrict__ w, int64_t n, float eps) {
+/* 1 / sqrt(mean(x^2) + eps) of the block's row x[n], the sum of squares in double (op_rmsnorm). */
+__device__ float row_rms_scale(const float *xr, int64_t n, float eps) {
     __shared__ double red[32];
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
     double ss = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
     ss = block_sum_d(ss, red);
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    return (float)(1.0 / sqrt(ss / (double)n + eps));
+}
+
+__global__ void rmsnorm_kernel(float *y, const float *x, const float *__restrict__ w, int64_t n, float eps) {
+    const float *xr = x + (int64_t)blockIdx.x * n;
+    float *yr = y + (int64_t)blockIdx.x * n;
+    const float scale = row_rms_scale(xr, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
 }
 
@@ -226,17 +231,13 @@ __global__ void __launch_bounds__(ATT_T)
     }
 }
 
-/* rmsnorm_kernel, and the q8 of each row when q is not NULL (n a multiple of 32: each warp's
- * 32 consecutive values are one block). */
+/* rmsnorm_kernel's rows and the q8 of each (n a multiple of 32: each warp's 32 consecutive
+ * values are one block). */
 __global__ void rmsnorm_q8_kernel(float *y, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *x,
                                   const float *__restrict__ w, int64_t n, float eps) {
-    __shared__ double red[32];
     const float *xr = x + (int64_t)blockIdx.x * n;
     float *yr = y + (int64_t)blockIdx.x * n;
-    double ss = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
-    ss = block_sum_d(ss, red);
-    const float scale = (float)(1.0 / sqrt(ss / (double)n + eps));
+    const float scale = row_rms_scale(xr, n, eps);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int64_t i0 = (int64_t)warp * 32; i0 < n; i0 += blockDim.x) {
         const int64_t i = i0 + lane;
