@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "blocks/block.h"
 #include "x86-avx512/avx512.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -125,6 +126,9 @@ REF_SLOTS(Q8_0)
 REF_SLOTS(Q4_K)
 REF_SLOTS(Q5_K)
 REF_SLOTS(Q6_K)
+#define BLOCK_REF_SLOTS(T, t) REF_SLOTS(T)
+BLOCK_TYPES(BLOCK_REF_SLOTS)
+#undef BLOCK_REF_SLOTS
 
 static struct kern_isa g_ref, g_avx512;
 static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
@@ -147,6 +151,9 @@ static void tables_init(void) {
     SET_REF(Q4_K)
     SET_REF(Q5_K)
     SET_REF(Q6_K)
+#define BLOCK_SET_REF(T, t) SET_REF(T)
+    BLOCK_TYPES(BLOCK_SET_REF)
+#undef BLOCK_SET_REF
 #undef SET_REF
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
     g_ref.swiglu = op_swiglu_ref;

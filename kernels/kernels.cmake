@@ -1,5 +1,7 @@
 # kernels/: math per ISA. ISA-specific files get their flags per file, never globally.
 file(GLOB NM_KERNELS_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.c)
+# blocks/: one decoder + quantizer per quantized type (blocks/block.h), plain C.
+file(GLOB NM_KERNELS_BLOCKS_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/blocks/*.c)
 file(GLOB NM_KERNELS_AVX512_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/x86-avx512/*.c)
 set(NM_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mfma;-mf16c;-mavx2")
 set_source_files_properties(${NM_KERNELS_AVX512_SRC} PROPERTIES COMPILE_OPTIONS "${NM_AVX512_FLAGS}")
@@ -9,6 +11,6 @@ set(NM_KERNELS_AMX_SRC ${CMAKE_CURRENT_LIST_DIR}/x86-amx/amx.c ${CMAKE_CURRENT_L
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86-amx/amx.c PROPERTIES COMPILE_OPTIONS
   "${NM_AVX512_FLAGS};-mamx-tile;-mamx-int8;-mamx-bf16")
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86-amx/amx_emu.c PROPERTIES COMPILE_OPTIONS "${NM_AVX512_FLAGS}")
-add_library(nm_kernels STATIC ${NM_KERNELS_SRC} ${NM_KERNELS_AVX512_SRC} ${NM_KERNELS_AMX_SRC})
+add_library(nm_kernels STATIC ${NM_KERNELS_SRC} ${NM_KERNELS_BLOCKS_SRC} ${NM_KERNELS_AVX512_SRC} ${NM_KERNELS_AMX_SRC})
 target_include_directories(nm_kernels PUBLIC ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(nm_kernels PUBLIC Threads::Threads m)

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "blocks/block.h"
 
 static_assert(sizeof(block_q8x) == 40, "block_q8x is 40 bytes");
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 is 18 bytes (ggml)");
@@ -158,9 +159,11 @@ void dequantize_row_ref(enum dtype t, const void *src, float *dst, int64_t n) {
     case DTYPE_Q4_K: dequant_q4_K(src, dst, nb); return;
     case DTYPE_Q5_K: dequant_q5_K(src, dst, nb); return;
     case DTYPE_Q6_K: dequant_q6_K(src, dst, nb); return;
-    case DTYPE_COUNT: break;
+    default: break;
     }
-    NM_ASSERT(!"dequantize_row_ref: unsupported type");
+    const struct block_codec *c = block_codec_get(t);
+    NM_ASSERT(c != NULL && "dequantize_row_ref: unsupported type");
+    block_dequantize_ref(c, src, dst, nb);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -432,9 +435,11 @@ void quantize_row_ref(enum dtype t, const float *src, void *dst, int64_t n) {
     case DTYPE_Q4_K: quant_q4_K(src, dst, nb); return;
     case DTYPE_Q5_K: quant_q5_K(src, dst, nb); return;
     case DTYPE_Q6_K: quant_q6_K(src, dst, nb); return;
-    case DTYPE_COUNT: break;
+    default: break;
     }
-    NM_ASSERT(!"quantize_row_ref: unsupported type");
+    const struct block_codec *c = block_codec_get(t);
+    NM_ASSERT(c != NULL && "quantize_row_ref: unsupported type");
+    block_quantize_ref(c, src, dst, nb);
 }
 
 /* d = amax/127 and qs = x * (1/d) rounded to nearest even. The fast twins compute exactly these
@@ -588,8 +593,9 @@ float vec_dot_ref(enum dtype t, int64_t n, const void *w_row, const void *act_ro
     case DTYPE_Q4_K: return dot_q4_K(nb, w_row, act_row);
     case DTYPE_Q5_K: return dot_q5_K(nb, w_row, act_row);
     case DTYPE_Q6_K: return dot_q6_K(nb, w_row, act_row);
-    case DTYPE_COUNT: break;
+    default: break;
     }
-    NM_ASSERT(!"vec_dot_ref: unsupported type");
-    return 0.0f;
+    const struct block_codec *c = block_codec_get(t);
+    NM_ASSERT(c != NULL && "vec_dot_ref: unsupported type");
+    return block_vec_dot_ref(c, nb, w_row, act_row);
 }

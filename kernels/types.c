@@ -2,10 +2,13 @@
  * and exact fp16/bf16 scalar conversions in plain C (no F16C: this is the reference path). */
 #include "types.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "base.h"
+#include "blocks/block.h"
 #include "quant.h"
 
 static const struct dtype_info g_dtypes[DTYPE_COUNT] = {
@@ -38,8 +41,32 @@ static const char *const g_ggml_names[] = {
 };
 
 const struct dtype_info *dtype_get(uint32_t id) {
-    if (id >= DTYPE_COUNT || g_dtypes[id].name == NULL) return NULL;
-    return &g_dtypes[id];
+    if (id >= DTYPE_COUNT) return NULL;
+    if (g_dtypes[id].name != NULL) return &g_dtypes[id];
+    const struct block_codec *c = block_codec_get((enum dtype)id);
+    return c ? &c->info : NULL;
+}
+
+static char g_supported[512];
+static pthread_once_t g_supported_once = PTHREAD_ONCE_INIT;
+
+static void supported_fill(void) {
+    size_t len = 0;
+    static const uint32_t order[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16}; /* float types first */
+    for (size_t i = 0; i < NM_ARRAY_LEN(order); i++)
+        len += (size_t)snprintf(g_supported + len, sizeof g_supported - len, "%s%s", len ? ", " : "",
+                                dtype_get(order[i])->name);
+    for (uint32_t id = 0; id < DTYPE_COUNT; id++) {
+        const struct dtype_info *info = dtype_get(id);
+        if (!info || !info->quantized) continue;
+        len += (size_t)snprintf(g_supported + len, sizeof g_supported - len, ", %s", info->name);
+        NM_ASSERT(len < sizeof g_supported);
+    }
+}
+
+const char *dtype_supported_list(void) {
+    pthread_once(&g_supported_once, supported_fill);
+    return g_supported;
 }
 
 const char *dtype_ggml_name(uint32_t id) {
@@ -51,8 +78,10 @@ const char *dtype_ggml_name(uint32_t id) {
  * ggml types ("q5_0") return -1 like any unknown word. */
 int dtype_from_name(const char *name) {
     if (name == NULL) return -1;
-    for (int id = 0; id < DTYPE_COUNT; id++)
-        if (g_dtypes[id].name && strcasecmp(name, g_dtypes[id].name) == 0) return id;
+    for (int id = 0; id < DTYPE_COUNT; id++) {
+        const struct dtype_info *info = dtype_get((uint32_t)id);
+        if (info && strcasecmp(name, info->name) == 0) return id;
+    }
     return -1;
 }
 

@@ -13,10 +13,23 @@ enum dtype {
     DTYPE_F16 = 1,
     DTYPE_Q4_0 = 2,
     DTYPE_Q4_1 = 3,
+    DTYPE_Q5_0 = 6,
+    DTYPE_Q5_1 = 7,
     DTYPE_Q8_0 = 8,
+    DTYPE_Q2_K = 10,
+    DTYPE_Q3_K = 11,
     DTYPE_Q4_K = 12,
     DTYPE_Q5_K = 13,
     DTYPE_Q6_K = 14,
+    DTYPE_IQ2_XXS = 16,
+    DTYPE_IQ2_XS = 17,
+    DTYPE_IQ3_XXS = 18,
+    DTYPE_IQ1_S = 19,
+    DTYPE_IQ4_NL = 20,
+    DTYPE_IQ3_S = 21,
+    DTYPE_IQ2_S = 22,
+    DTYPE_IQ4_XS = 23,
+    DTYPE_IQ1_M = 29,
     DTYPE_BF16 = 30,
     DTYPE_COUNT = 31, /* one past the largest id; ids in between are not supported */
 };
@@ -29,10 +42,14 @@ struct dtype_info {
 };
 
 /* Info for a supported type, or NULL for an id numallm does not support (including ids ggml
- * knows, such as Q5_0 or IQ4_XS: the caller names them in its error). */
+ * knows, such as TQ1_0 or MXFP4, and ids of the enum whose codec is not built yet: the caller
+ * names them in its error). Types of the block decoder interface (blocks/block.h) get their
+ * row from their codec. */
 const struct dtype_info *dtype_get(uint32_t id);
 /* Name of any ggml type id, supported or not ("q5_0", "iq4_xs", ...), or "unknown". */
 const char *dtype_ggml_name(uint32_t id);
+/* The names of every supported type, comma separated ("f32, f16, ..."), for error messages. */
+const char *dtype_supported_list(void);
 /* Parse a user-typed name ("Q4_K", "bf16"); returns -1 if unknown. */
 int dtype_from_name(const char *name);
 /* Bytes of a row of n elements; n must be a multiple of the block size (asserted). */

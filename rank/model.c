@@ -277,15 +277,13 @@ struct binder {
     uint64_t expert_bytes; /* of copy_bytes, the experts' (copy pass) */
 };
 
-static const char *const k_supported_types = "f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k";
-
 static enum nm_status find_tensor(struct binder *b, const char *name, bool required, const struct gguf_tensor **out) {
     *out = gguf_find_tensor(b->m->file, name);
     if (!*out && required)
         return nm_errf(b->err, b->errlen, NM_ERR_NOT_FOUND, "%s: missing tensor %s", b->m->path, name);
     if (*out && !dtype_get((*out)->type))
         return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED, "%s: tensor %s has type %s; supported types are %s",
-                       b->m->path, name, dtype_ggml_name((*out)->type), k_supported_types);
+                       b->m->path, name, dtype_ggml_name((*out)->type), dtype_supported_list());
     return NM_OK;
 }
 

@@ -22,10 +22,12 @@ static void test_table(void) {
         {0, "f32", 1, 4, false},     {1, "f16", 1, 2, false},     {2, "q4_0", 32, 18, true},
         {3, "q4_1", 32, 20, true},   {8, "q8_0", 32, 34, true},   {12, "q4_k", 256, 144, true},
         {13, "q5_k", 256, 176, true}, {14, "q6_k", 256, 210, true}, {30, "bf16", 1, 2, false},
+        /* the block decoder interface's types (kernels/blocks), sizes as ggml's type traits */
+        {6, "q5_0", 32, 22, true},
     };
     int supported = 0;
     for (uint32_t id = 0; id < 64; id++) supported += dtype_get(id) != NULL;
-    if (supported != (int)NM_ARRAY_LEN(want)) ktest_fail("dtype_get: %d supported ids, want 9", supported);
+    if (supported != (int)NM_ARRAY_LEN(want)) ktest_fail("dtype_get: %d supported ids, want %d", supported, (int)NM_ARRAY_LEN(want));
     for (size_t i = 0; i < NM_ARRAY_LEN(want); i++) {
         const struct dtype_info *d = dtype_get(want[i].id);
         if (!d || strcmp(d->name, want[i].name) || d->blck_size != want[i].blck ||
@@ -38,7 +40,7 @@ static void test_table(void) {
     }
     if (dtype_from_name("Q4_K") != 12 || dtype_from_name("BF16") != 30 || dtype_from_name("q4_K") != 12)
         ktest_fail("dtype_from_name is not case-insensitive");
-    if (dtype_from_name("q5_0") != -1 || dtype_from_name("") != -1 || dtype_from_name("q4") != -1 ||
+    if (dtype_from_name("tq1_0") != -1 || dtype_from_name("mxfp4") != -1 || dtype_from_name("") != -1 || dtype_from_name("q4") != -1 ||
         dtype_from_name(NULL) != -1)
         ktest_fail("dtype_from_name accepts an unsupported name");
     static const struct { uint32_t id; const char *name; } ggml[] = {
