@@ -166,6 +166,12 @@ static void tables_init(void) {
     kern_isa_avx512_fill(&g_avx512);
 }
 
+bool kern_isa_avx512_has(enum dtype t) {
+    pthread_once(&g_tables_once, tables_init);
+    NM_ASSERT((unsigned)t < DTYPE_COUNT);
+    return g_avx512.vec_dot[t] != g_ref.vec_dot[t] && g_avx512.gemm[t] != g_ref.gemm[t];
+}
+
 const struct kern_isa *kern_isa_ref(void) {
     pthread_once(&g_tables_once, tables_init);
     return &g_ref;

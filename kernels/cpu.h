@@ -61,6 +61,10 @@ bool cpu_has_amx_bf16(const struct cpu_features *f);
  * logged once, with the reason when the fast path is declined. */
 const struct kern_isa *kern_isa_get(void);
 
+/* Whether the avx512 table has a kernel of its own for type t (not the plain-C one it starts
+ * with): a property of the build, whatever this CPU runs. The layout planner asks it. */
+bool kern_isa_avx512_has(enum dtype t);
+
 /* Reference table (always available; tests compare the others with it). */
 const struct kern_isa *kern_isa_ref(void);
 

@@ -15,7 +15,9 @@ const char *tensor_use_name(enum tensor_use use) {
     return "unknown";
 }
 
-enum need { NEED_NONE, NEED_AVX512, NEED_AMX_INT8, NEED_AMX_BF16 };
+/* NEED_AVX512_BLOCKS: the avx512 path, and an AVX-512 kernel for the type on its GGUF blocks
+ * (kern_isa_avx512_has: the types of the block decoder interface get theirs one by one). */
+enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AMX_INT8, NEED_AMX_BF16 };
 
 struct plan_entry {
     enum weight_layout layout;
@@ -26,6 +28,12 @@ struct plan_entry {
 static const struct plan_entry k_quant_list[] = {
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AMX_INT8, "AMX-INT8 tiles (prompt) + AVX-512 VNNI (decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX512, "AVX-512 VNNI tiles (prompt and decode)"},
+    {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
+};
+/* Types without a packed layout (the block decoder interface's: Q5_0, Q2_K, IQ4_XS, ...): their
+ * GGUF blocks as stored, decoded by table lookups inside the kernels. */
+static const struct plan_entry k_block_list[] = {
+    {WEIGHT_LAYOUT_ROWS, NEED_AVX512_BLOCKS, "AVX-512 VNNI on the GGUF blocks (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 static const struct plan_entry k_half_list[] = {
@@ -41,12 +49,17 @@ static const struct plan_entry k_plain_list[] = {
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain rows (never packed)"},
 };
 
-/* NULL when cpu meets the need, else what is missing. */
-static const char *need_missing(enum need need, const struct cpu_features *cpu, char *buf, size_t len) {
+/* NULL when cpu meets the need for type t, else what is missing. */
+static const char *need_missing(enum need need, enum dtype t, const struct cpu_features *cpu, char *buf, size_t len) {
     const char *m = NULL;
     switch (need) {
     case NEED_NONE: return NULL;
     case NEED_AVX512: m = cpu_avx512_missing(cpu); break;
+    case NEED_AVX512_BLOCKS:
+        if ((m = cpu_avx512_missing(cpu)) != NULL) break;
+        if (kern_isa_avx512_has(t)) return NULL;
+        snprintf(buf, len, "no AVX-512 kernel for %s yet", dtype_get((uint32_t)t)->name);
+        return buf;
     case NEED_AMX_INT8:
     case NEED_AMX_BF16: {
         const bool bits = cpu->amx_tile && (need == NEED_AMX_INT8 ? cpu->amx_int8 : cpu->amx_bf16);
@@ -73,14 +86,16 @@ enum weight_layout layout_plan(enum tensor_use use, enum dtype type, const struc
             list = k_f32_list, len = (int)NM_ARRAY_LEN(k_f32_list);
         } else if (type == DTYPE_F16 || type == DTYPE_BF16) {
             list = k_half_list, len = (int)NM_ARRAY_LEN(k_half_list);
-        } else {
+        } else if (weight_layout_supports(WEIGHT_LAYOUT_Q_TILE16, type)) {
             list = k_quant_list, len = (int)NM_ARRAY_LEN(k_quant_list);
+        } else {
+            list = k_block_list, len = (int)NM_ARRAY_LEN(k_block_list);
         }
     }
     char first_reason[160] = "";
     for (int i = 0; i < len; i++) {
         char buf[160];
-        const char *missing = need_missing(list[i].need, cpu, buf, sizeof buf);
+        const char *missing = need_missing(list[i].need, type, cpu, buf, sizeof buf);
         if (i == 0 && missing) snprintf(first_reason, sizeof first_reason, "%s", missing);
         if (missing) continue;
         NM_ASSERT(weight_layout_supports(list[i].layout, type));

@@ -6,8 +6,9 @@
 #include "ktest.h"
 #include "layout.h"
 
-static const enum dtype k_all[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q4_0, DTYPE_Q4_1,
-                                   DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+/* Every supported type: the older nine, then whatever the block decoder interface has. */
+static enum dtype k_all[DTYPE_COUNT];
+static int n_all;
 
 static struct cpu_features cpu_avx512(void) {
     return (struct cpu_features){.avx2 = true, .fma = true, .f16c = true, .avx512f = true, .avx512bw = true,
@@ -37,6 +38,8 @@ static void expect(const struct cpu_features *cpu, const char *cpu_name, enum te
 
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (dtype_get((uint32_t)t)) k_all[n_all++] = (enum dtype)t;
     struct cpu_features amx = cpu_avx512();
     amx.amx_tile = amx.amx_int8 = amx.amx_bf16 = amx.amx_os_perm = true;
     const struct cpu_features vnni = cpu_avx512();
@@ -51,7 +54,7 @@ int main(int argc, char **argv) {
     for (size_t ci = 0; ci < NM_ARRAY_LEN(cpus); ci++) {
         const struct cpu_features *c = cpus[ci].cpu;
         const bool has512 = c != &avx2 && c != &plain, hasamx = c == &amx;
-        for (size_t ti = 0; ti < NM_ARRAY_LEN(k_all); ti++) {
+        for (int ti = 0; ti < n_all; ti++) {
             const enum dtype t = k_all[ti];
             /* never packed, never a downgrade */
             expect(c, cpus[ci].name, TENSOR_USE_ROWS, t, WEIGHT_LAYOUT_ROWS, false, NULL);
@@ -59,6 +62,13 @@ int main(int argc, char **argv) {
             if (t == DTYPE_F32) {
                 expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, WEIGHT_LAYOUT_ROWS, !has512,
                        c == &avx2 ? "AVX-512" : "XCR0");
+                continue;
+            }
+            if (!weight_layout_supports(WEIGHT_LAYOUT_Q_TILE16, t) && t != DTYPE_F16 && t != DTYPE_BF16) {
+                /* GGUF blocks as stored: AVX-512 kernels where the build has them for the type */
+                const bool fast = has512 && kern_isa_avx512_has(t);
+                expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, WEIGHT_LAYOUT_ROWS, !fast,
+                       !has512 ? (c == &avx2 ? "AVX-512" : "XCR0") : "no AVX-512 kernel for");
                 continue;
             }
             const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;

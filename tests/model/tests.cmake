@@ -37,3 +37,23 @@ add_test(NAME chat_keeps_kv_cache
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/chat_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/chat_test)
 set_tests_properties(chat_keeps_kv_cache PROPERTIES LABELS model SKIP_RETURN_CODE 77)
+
+# llama.cpp's own files in 17 of its quantization mixes (../shared/data/quant, made by
+# llama-quantize with an importance matrix) against llama.cpp's logits and the exact float64
+# logits: every file loads, and its logits as one prompt batch and token by token (-b 1), on 1 rank
+# and (with mpirun) 2, are within tolerance of both (tests/model/quant_hub.py says how close).
+set(NM_QUANT_DATA ${CMAKE_SOURCE_DIR}/../shared/data/quant)
+file(GLOB NM_QUANT_FILES ${NM_QUANT_DATA}/*.gguf)
+if(NM_QUANT_FILES)
+  foreach(f ${NM_QUANT_FILES})
+    get_filename_component(stem ${f} NAME_WE)
+    add_test(NAME quant_hub_${stem}
+             COMMAND ${NM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/quant_hub.py $<TARGET_FILE:numallm> ${NM_QUANT_DATA}
+                     ${stem} ${CMAKE_CURRENT_BINARY_DIR}/quant_hub/${stem} ${NM_MPIRUN})
+    set_tests_properties(quant_hub_${stem} PROPERTIES LABELS model SKIP_RETURN_CODE 77 PROCESSORS 2 TIMEOUT 600
+                         ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+  endforeach()
+else()
+  add_test(NAME quant_hub COMMAND sh -c "echo 'skipped: no files in ${NM_QUANT_DATA} (the shared data beside the repository)'; exit 77")
+  set_tests_properties(quant_hub PROPERTIES SKIP_RETURN_CODE 77 LABELS model)
+endif()
