@@ -5,17 +5,23 @@
 
 #include "cli.h"
 #include "mkmodel.h"
+#include "types.h"
 
 static void mkmodel_usage(FILE *f) {
     fprintf(f,
             "usage: numallm mkmodel --preset NAME --type TYPE -o FILE [--seed S] [--output-type TYPE]\n"
             "                       [--vocab-from FILE.gguf] [-t THREADS]\n"
             "\n"
-            "  --type         f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k: matmul weights and token_embd\n"
-            "                 (K-quants fall back to q8_0 for rows that are not a multiple of 256)\n"
+            "  --type         matmul weights and token_embd, one of: %s\n"
+            "                 Quantized types use numallm's own plain quantizers (nearest values, valid\n"
+            "                 blocks, not llama-quantize's quality: for benchmarks and tests, not for use).\n"
+            "                 Types of 256-value blocks fall back, as llama-quantize does, for rows that are\n"
+            "                 not a multiple of 256: q2_k/q3_k -> q4_0, q4_k -> q5_0, q5_k -> q5_1,\n"
+            "                 q6_k -> q8_0, the iq types -> iq4_nl\n"
             "  --output-type  type of output.weight (default: --type)\n"
             "  --vocab-from   copy the tokenizer.* keys (vocabulary) of another GGUF file\n"
-            "\npresets:\n");
+            "\npresets:\n",
+            dtype_supported_list());
     for (const struct mkmodel_preset *p = mkmodel_presets(); p->name; p++)
         fprintf(f, "  %-14s %-6s %s\n", p->name, p->arch, p->about);
 }
@@ -23,8 +29,7 @@ static void mkmodel_usage(FILE *f) {
 static bool parse_type(const char *flag, const char *v, int *out) {
     int t = dtype_from_name(v);
     if (t < 0) {
-        fprintf(stderr, "error: invalid value '%s' for %s: expected f32, f16, bf16, q8_0, q4_0, q4_1, q4_k, q5_k or q6_k\n",
-                v, flag);
+        fprintf(stderr, "error: invalid value '%s' for %s: expected one of %s\n", v, flag, dtype_supported_list());
         return false;
     }
     *out = t;

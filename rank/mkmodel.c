@@ -102,12 +102,26 @@ static void add_spec(struct specs *s, const char *name, uint32_t n_dims, int64_t
     add_spec3(s, name, n_dims, ne0, ne1, 1, type, init, gain);
 }
 
-/* K-quants need rows that are a multiple of 256; like llama.cpp's quantizer, fall back for
- * tensors whose rows are not (to Q8_0, the nearest type numallm supports). */
+/* Types of 256-value blocks need rows that are a multiple of 256. For tensors whose rows are not,
+ * fall back as llama.cpp's llama-quantize does (its tensor-type fallback for such rows): Q2_K,
+ * Q3_K -> Q4_0; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; the IQ types -> IQ4_NL; rows that
+ * are not even a multiple of 32 -> F16. */
+static enum dtype fallback_32(enum dtype t) {
+    switch (t) {
+    case DTYPE_Q2_K:
+    case DTYPE_Q3_K: return DTYPE_Q4_0;
+    case DTYPE_Q4_K: return DTYPE_Q5_0;
+    case DTYPE_Q5_K: return DTYPE_Q5_1;
+    case DTYPE_Q6_K: return DTYPE_Q8_0;
+    default: return DTYPE_IQ4_NL;
+    }
+}
+
 static enum dtype type_for_rows(enum dtype t, int64_t k, const char *name) {
     const struct dtype_info *ti = dtype_get(t);
     if (k % ti->blck_size == 0) return t;
-    enum dtype fb = k % 32 == 0 ? DTYPE_Q8_0 : DTYPE_F16;
+    enum dtype fb = k % 32 == 0 ? fallback_32(t) : DTYPE_F16;
+    if (!dtype_get(fb)) fb = DTYPE_Q8_0; /* a fallback type this build does not have yet */
     nm_log_info("%s: rows of %lld are not a multiple of %d for %s; using %s", name, (long long)k, ti->blck_size,
                 ti->name, dtype_get(fb)->name);
     return fb;
@@ -274,9 +288,22 @@ static uint32_t llama_ftype(enum dtype t) {
     case DTYPE_Q4_0: return 2;
     case DTYPE_Q4_1: return 3;
     case DTYPE_Q8_0: return 7;
+    case DTYPE_Q5_0: return 8;
+    case DTYPE_Q5_1: return 9;
+    case DTYPE_Q2_K: return 10;
+    case DTYPE_Q3_K: return 11; /* Q3_K_S: all Q3_K */
     case DTYPE_Q4_K: return 15; /* Q4_K_M */
     case DTYPE_Q5_K: return 17; /* Q5_K_M */
     case DTYPE_Q6_K: return 18;
+    case DTYPE_IQ2_XXS: return 19;
+    case DTYPE_IQ2_XS: return 20;
+    case DTYPE_IQ3_XXS: return 23;
+    case DTYPE_IQ1_S: return 24;
+    case DTYPE_IQ4_NL: return 25;
+    case DTYPE_IQ3_S: return 26;
+    case DTYPE_IQ2_S: return 28;
+    case DTYPE_IQ4_XS: return 30;
+    case DTYPE_IQ1_M: return 31;
     case DTYPE_BF16: return 32;
     default: return 0;
     }

@@ -65,6 +65,12 @@ TOLERANCES = {
     "q4_k": 8e-2,
     "q5_k": 8e-2,
     "q6_k": 8e-2,
+    "q5_0": 8e-2,   # the block decoder interface's types: same int8 activations per 32
+    "q5_1": 8e-2,
+    "q2_k": 8e-2,
+    "q3_k": 8e-2,
+    "iq4_nl": 8e-2,
+    "iq4_xs": 8e-2,
 }
 
 

@@ -89,11 +89,20 @@ class GGMLType:
     Q5_K = 13
     Q6_K = 14
     Q8_K = 15
+    IQ2_XXS = 16
+    IQ2_XS = 17
+    IQ3_XXS = 18
+    IQ1_S = 19
+    IQ4_NL = 20
+    IQ3_S = 21
+    IQ2_S = 22
+    IQ4_XS = 23
     I8 = 24
     I16 = 25
     I32 = 26
     I64 = 27
     F64 = 28
+    IQ1_M = 29
     BF16 = 30
 
 
@@ -122,6 +131,8 @@ GGML_BLOCK = {
     GGMLType.I64: (1, 8),
     GGMLType.F64: (1, 8),
     GGMLType.BF16: (1, 2),
+    GGMLType.IQ4_NL: (32, 18),
+    GGMLType.IQ4_XS: (256, 136),
 }
 
 
@@ -166,6 +177,94 @@ def dequant_q8_0(b):
     d = _f16_field(b, 0)
     qs = b[:, 2:34].view(np.int8).astype(np.float64)
     return qs * d[:, None]
+
+
+def _qh_bits(b, off, n):
+    """The n bits of the little-endian u32 field at byte offset off, int64 [n_blocks, n]."""
+    qh = b[:, off:off + 4].copy().view("<u4")[:, 0].astype(np.int64)
+    return (qh[:, None] >> np.arange(n)[None, :]) & 1
+
+
+def dequant_q5_0(b):
+    """Q5_0: d; qh (u32); qs[16]. q = nibble | bit j of qh << 4 (Q4_0's nibble order: value j < 16
+    from the low nibble of qs[j] with bit j, value j + 16 from its high nibble with bit j + 16);
+    y = (q - 16) d."""
+    d = _f16_field(b, 0)
+    qs = b[:, 6:22].astype(np.int64)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1) | (_qh_bits(b, 2, 32) << 4)
+    return (q.astype(np.float64) - 16.0) * d[:, None]
+
+
+def dequant_q5_1(b):
+    """Q5_1: d, m; qh (u32); qs[16]. q as Q5_0; y = q d + m."""
+    d = _f16_field(b, 0)
+    m = _f16_field(b, 2)
+    qs = b[:, 8:24].astype(np.int64)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1) | (_qh_bits(b, 4, 32) << 4)
+    return q.astype(np.float64) * d[:, None] + m[:, None]
+
+
+# The 16 non-linear levels of IQ4_NL and IQ4_XS (ggml-common.h kvalues_iq4nl: format data).
+IQ4_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+
+
+def dequant_iq4_nl(b):
+    """IQ4_NL: d; qs[16]. y = d * level[nibble], Q4_0's nibble order."""
+    d = _f16_field(b, 0)
+    qs = b[:, 2:18]
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=1)
+    return IQ4_LEVELS[q] * d[:, None]
+
+
+def dequant_iq4_xs(b):
+    """IQ4_XS: d; scales_h (u16); scales_l[4]; qs[128]. Sub-block i (32 values) has the 6-bit scale
+    ls = (4 bits of scales_l[i/2] at 4*(i%2)) | (2 bits of scales_h at 2i) << 4, and its 16 bytes of
+    qs in IQ4_NL's nibble order; y = d (ls - 32) level[nibble]."""
+    d = _f16_field(b, 0)
+    sh = b[:, 2:4].copy().view("<u2")[:, 0].astype(np.int64)
+    sl = b[:, 4:8].astype(np.int64)
+    i = np.arange(8)
+    ls = ((sl[:, i // 2] >> (4 * (i % 2))) & 0xF) | (((sh[:, None] >> (2 * i)) & 3) << 4)
+    qs = b[:, 8:136].reshape(-1, 8, 16)
+    q = np.concatenate([qs & 0xF, qs >> 4], axis=2)               # [n, 8, 32]
+    y = IQ4_LEVELS[q] * (d[:, None] * (ls - 32))[:, :, None]
+    return y.reshape(-1, 256)
+
+
+def dequant_q2_k(b):
+    """Q2_K: scales[16]; qs[64]; d; dmin (d and dmin last). Group g (16 values) has scale nibble
+    scales[g] & 0xF and min nibble scales[g] >> 4: y = d sc q - dmin m. In each half h (128 values,
+    qs[32h .. 32h + 31]) the 2-bit field at shift 2s of byte l is value 128h + 32s + l."""
+    sc = b[:, 0:16].astype(np.int64)
+    qs = b[:, 16:80].astype(np.int64).reshape(-1, 2, 1, 32)
+    d = _f16_field(b, 80)
+    dmin = _f16_field(b, 82)
+    q = (qs >> (2 * np.arange(4))[None, None, :, None]) & 3          # [n, half, shift, 32]
+    q = q.reshape(-1, 16, 16)                                        # groups of 16 in order
+    y = d[:, None, None] * (sc & 0xF)[:, :, None] * q - dmin[:, None, None] * (sc >> 4)[:, :, None]
+    return y.reshape(-1, 256)
+
+
+def dequant_q3_k(b):
+    """Q3_K: hmask[32]; qs[64]; scales[12]; d. 16 signed 6-bit scales: scale j's low 4 bits are
+    nibble (j // 8) of byte j % 8 of scales[0:8], its high 2 bits the 2-bit field at 2 (j // 4) of
+    byte scales[8 + j % 4]; minus 32. Value v = 128h + 32s + l (half h, shift s, byte l of the
+    half's 32 qs bytes; group (v // 16)): q = 2-bit field at 2s of qs[32h + l], minus 4 unless bit
+    (4h + s) of hmask[v % 32] is set; y = d scale q."""
+    hm = b[:, 0:32].astype(np.int64)
+    qs = b[:, 32:96].astype(np.int64).reshape(-1, 2, 1, 32)
+    s = b[:, 96:108].astype(np.int64)
+    d = _f16_field(b, 108)
+    j = np.arange(16)
+    scale = ((s[:, j % 8] >> (4 * (j // 8))) & 0xF) | (((s[:, 8 + j % 4] >> (2 * (j // 4))) & 3) << 4)
+    scale = scale - 32
+    shift = np.arange(4)[None, None, :, None]
+    q = (qs >> (2 * shift)) & 3                                      # [n, half, shift, 32]
+    bit = 4 * np.arange(2)[None, :, None, None] + shift               # hmask bit per (half, shift)
+    high = (hm[:, None, None, :] >> bit) & 1
+    q = q - 4 * (1 - high)
+    y = d[:, None, None] * scale[:, :, None] * q.reshape(-1, 16, 16)
+    return y.reshape(-1, 256)
 
 
 def k_scales_mins(s):
@@ -264,6 +363,12 @@ DEQUANTIZERS = {
     GGMLType.Q4_K: dequant_q4_k,
     GGMLType.Q5_K: dequant_q5_k,
     GGMLType.Q6_K: dequant_q6_k,
+    GGMLType.Q5_0: dequant_q5_0,
+    GGMLType.Q5_1: dequant_q5_1,
+    GGMLType.Q2_K: dequant_q2_k,
+    GGMLType.Q3_K: dequant_q3_k,
+    GGMLType.IQ4_NL: dequant_iq4_nl,
+    GGMLType.IQ4_XS: dequant_iq4_xs,
 }
 
 

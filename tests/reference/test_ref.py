@@ -46,7 +46,9 @@ from fixtures.engine_numerics import EngineNumerics  # noqa: E402
 from fixtures.gguf_writer import GGUFWriter  # noqa: E402
 from fixtures.model_builder import TinyModelSpec, build_model, random_tensor_bytes  # noqa: E402
 from fixtures.scalar_oracles import (scalar_q4_0, scalar_q4_1, scalar_q4_k,  # noqa: E402
-                                     scalar_q5_k, scalar_q6_k, scalar_q8_0, slow_forward)
+                                     scalar_q5_k, scalar_q6_k, scalar_q8_0, slow_forward,
+                                     scalar_q5_0, scalar_q5_1, scalar_q2_k, scalar_q3_k,
+                                     scalar_iq4_nl, scalar_iq4_xs)
 from gguf_ref import GGMLType as G, GGUFError, GGUFFile, GGUFValueType as VT  # noqa: E402
 
 PY = sys.executable
@@ -388,7 +390,9 @@ def test_dequant_q6_k_hand():
 def test_dequant_vs_scalar_oracle():
     rng = np.random.default_rng(7)
     oracles = {G.Q4_0: scalar_q4_0, G.Q4_1: scalar_q4_1, G.Q8_0: scalar_q8_0,
-               G.Q4_K: scalar_q4_k, G.Q5_K: scalar_q5_k, G.Q6_K: scalar_q6_k}
+               G.Q4_K: scalar_q4_k, G.Q5_K: scalar_q5_k, G.Q6_K: scalar_q6_k,
+               G.Q5_0: scalar_q5_0, G.Q5_1: scalar_q5_1, G.Q2_K: scalar_q2_k, G.Q3_K: scalar_q3_k,
+               G.IQ4_NL: scalar_iq4_nl, G.IQ4_XS: scalar_iq4_xs}
     for t, oracle in oracles.items():
         blck = gguf_ref.GGML_BLOCK[t][0]
         for trial in range(3):
@@ -397,7 +401,7 @@ def test_dequant_vs_scalar_oracle():
             check_close(deq(t, raw), oracle(raw), 1e-12, 1e-300,
                         "%s vs scalar oracle (trial %d)" % (gguf_ref.ggml_type_name(t), trial))
         note("%s: 3 random tensors match the scalar loop" % gguf_ref.ggml_type_name(t))
-    expect_error(GGUFError, "not supported", gguf_ref.dequantize, G.Q5_0, b"\0" * 22, 32)
+    expect_error(GGUFError, "not supported", gguf_ref.dequantize, G.Q8_1, b"\0" * 36, 32)
     expect_error(GGUFError, "not a multiple", gguf_ref.dequantize, G.Q8_0, b"\0" * 34, 31)
 
 
