@@ -632,11 +632,56 @@ void model_free(struct model *m) {
     free(m);
 }
 
+/* The names llama.cpp gives its mixes (general.file_type, a llama_ftype; llama_model_ftype_name),
+ * so the model column reads as llama-bench's does; ids it does not list are described by the
+ * most common weight type instead. */
+static const char *ftype_name(uint32_t ftype) {
+    switch (ftype & ~1024u) { /* 1024: llama.cpp's "guessed" flag */
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 19: return "IQ2_XXS - 2.0625 bpw";
+    case 20: return "IQ2_XS - 2.3125 bpw";
+    case 21: return "Q2_K - Small";
+    case 22: return "IQ3_XS - 3.3 bpw";
+    case 23: return "IQ3_XXS - 3.0625 bpw";
+    case 24: return "IQ1_S - 1.5625 bpw";
+    case 25: return "IQ4_NL - 4.5 bpw";
+    case 26: return "IQ3_S - 3.4375 bpw";
+    case 27: return "IQ3_S mix - 3.66 bpw";
+    case 28: return "IQ2_S - 2.5 bpw";
+    case 29: return "IQ2_M - 2.7 bpw";
+    case 30: return "IQ4_XS - 4.25 bpw";
+    case 31: return "IQ1_M - 1.75 bpw";
+    case 32: return "BF16";
+    default: return NULL;
+    }
+}
+
 void model_describe(const struct model *m, char *buf, size_t len) {
     double p = (double)m->n_params;
     char size[32];
     if (p >= 1e9) snprintf(size, sizeof size, "%.1fB", p / 1e9);
     else snprintf(size, sizeof size, "%.0fM", p / 1e6);
+    int64_t ftype = -1;
+    if (gguf_find_kv(m->file, "general.file_type") && gguf_get_int(m->file, "general.file_type", &ftype, NULL, 0) == NM_OK &&
+        ftype >= 0 && ftype <= UINT32_MAX && ftype_name((uint32_t)ftype)) {
+        snprintf(buf, len, "%s %s %s", arch_name(m->cfg.arch), size, ftype_name((uint32_t)ftype));
+        return;
+    }
     const struct dtype_info *ti = dtype_get(m->cfg.weight_type);
     char tname[16];
     snprintf(tname, sizeof tname, "%s", ti ? ti->name : "?");
