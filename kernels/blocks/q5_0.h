@@ -24,7 +24,9 @@ BLK_HD void q5_0_decode32(const void *blk, int j, struct block_sub32 *out) {
         out->q[l + 16] = (int8_t)(((b->qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4) - 16);
     }
     out->d[0] = out->d[1] = blk_fp16(b->d);
-    out->m[0] = out->m[1] = 0.0f;
+    /* -0.0f, not 0.0f: ggml's (q - 16) * d is -0.0 for code 16 under a negative d, and only
+     * -0.0 adds nothing to every value (-0 + +0 would be +0). */
+    out->m[0] = out->m[1] = -0.0f;
 }
 
 #endif
