@@ -1,7 +1,7 @@
 /* Q5_0: 32 values in 22 bytes: f16 d, 32 high bits qh (little-endian u32), 16 bytes of low
  * nibbles (value i < 16 in the low nibble of qs[i], value i + 16 in its high nibble).
  * value[i] = d * (q[i] - 16), q the 5-bit code (low nibble | bit i of qh << 4).
- * Source: ggml-common.h block_q5_0, dequantize_row_q5_0 (FORMATS.md). */
+ * Source: ggml-common.h block_q5_0, dequantize_row_q5_0 (kernels/blocks/FORMATS.md). */
 #ifndef NM_BLOCK_Q5_0_H
 #define NM_BLOCK_Q5_0_H
 
