@@ -89,7 +89,13 @@ struct block_codec {
 
 /* Every type that goes through this interface: X(UPPER, lower) for DTYPE_UPPER and
  * block_codec_lower. A new type adds its line here. */
-#define BLOCK_TYPES(X) X(Q5_0, q5_0)
+#define BLOCK_TYPES(X) \
+    X(Q5_0, q5_0)      \
+    X(Q5_1, q5_1)      \
+    X(Q2_K, q2_k)      \
+    X(Q3_K, q3_k)      \
+    X(IQ4_NL, iq4_nl)  \
+    X(IQ4_XS, iq4_xs)
 
 /* The codec of a type that goes through this interface, or NULL (the 9 older types are still
  * written out in quant.c and the kernel folders). */

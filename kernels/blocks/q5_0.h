@@ -1,7 +1,7 @@
 /* Q5_0: 32 values in 22 bytes: f16 d, 32 high bits qh (little-endian u32), 16 bytes of low
  * nibbles (value i < 16 in the low nibble of qs[i], value i + 16 in its high nibble).
  * value[i] = d * (q[i] - 16), q the 5-bit code (low nibble | bit i of qh << 4).
- * Source: ggml-common.h block_q5_0, dequantize_row_q5_0 (FORMATS.md). */
+ * Source: ggml-common.h block_q5_0, dequantize_row_q5_0 (kernels/blocks/FORMATS.md). */
 #ifndef NM_BLOCK_Q5_0_H
 #define NM_BLOCK_Q5_0_H
 
@@ -24,7 +24,9 @@ BLK_HD void q5_0_decode32(const void *blk, int j, struct block_sub32 *out) {
         out->q[l + 16] = (int8_t)(((b->qs[l] >> 4) | ((qh >> (l + 16)) & 1) << 4) - 16);
     }
     out->d[0] = out->d[1] = blk_fp16(b->d);
-    out->m[0] = out->m[1] = 0.0f;
+    /* -0.0f, not 0.0f: ggml's (q - 16) * d is -0.0 for code 16 under a negative d, and only
+     * -0.0 adds nothing to every value (-0 + +0 would be +0). */
+    out->m[0] = out->m[1] = -0.0f;
 }
 
 #endif

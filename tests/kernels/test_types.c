@@ -23,7 +23,8 @@ static void test_table(void) {
         {3, "q4_1", 32, 20, true},   {8, "q8_0", 32, 34, true},   {12, "q4_k", 256, 144, true},
         {13, "q5_k", 256, 176, true}, {14, "q6_k", 256, 210, true}, {30, "bf16", 1, 2, false},
         /* the block decoder interface's types (kernels/blocks), sizes as ggml's type traits */
-        {6, "q5_0", 32, 22, true},
+        {6, "q5_0", 32, 22, true},    {7, "q5_1", 32, 24, true},     {10, "q2_k", 256, 84, true},
+        {11, "q3_k", 256, 110, true}, {20, "iq4_nl", 32, 18, true},  {23, "iq4_xs", 256, 136, true},
     };
     int supported = 0;
     for (uint32_t id = 0; id < 64; id++) supported += dtype_get(id) != NULL;

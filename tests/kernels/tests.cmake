@@ -3,6 +3,9 @@ set(NM_KTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 nm_add_test(test_kernels_types SOURCES ${NM_KTEST_DIR}/test_types.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_dequant SOURCES ${NM_KTEST_DIR}/test_dequant.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_quant SOURCES ${NM_KTEST_DIR}/test_quant.c LIBS nm_kernels LABELS kernels)
+# The block decoder interface's types (kernels/blocks): hand-pinned blocks, codec round trips,
+# vec_dot_ref against float64.
+nm_add_test(test_kernels_blocks SOURCES ${NM_KTEST_DIR}/test_blocks.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_fast SOURCES ${NM_KTEST_DIR}/test_fast.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_matmul SOURCES ${NM_KTEST_DIR}/test_matmul.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_checker SOURCES ${NM_KTEST_DIR}/test_checker.c LIBS nm_kernels LABELS kernels)
