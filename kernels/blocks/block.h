@@ -8,7 +8,7 @@
  *   - kernels/blocks/<type>.c: its quantizer (numallm's own: nearest values, valid blocks, not
  *     llama.cpp's quality) and its row in the codec table (block_codec_get);
  *   - its tests (tests/kernels/test_blocks.c: hand-built blocks against FORMATS.md's formulas;
- *     tests/model/quant_hub.sh: llama.cpp's files and logits in ../shared/data/quant).
+ *     tests/model/quant_hub.py: llama.cpp's files and logits in ../shared/data/quant).
  * Everything else (dequantize_row_ref, vec_dot_ref, the kernel tables, the layout planner, the
  * loader, mkmodel) reaches the type through the table.
  *
