@@ -29,8 +29,15 @@
 
 #ifdef __CUDACC__
 #define BLK_HD __host__ __device__ static inline
-/* A constant table of format data (codebooks): in device constant/global memory under nvcc. */
+/* A constant table of format data (codebooks): in device global memory in nvcc's device pass,
+ * a plain host array in its host pass, so that a BLK_HD decoder reads the copy of the side it
+ * runs on (a __device__ array read from the host half of a BLK_HD function would be the
+ * unusable host shadow; nvcc warns #20091). */
+#ifdef __CUDA_ARCH__
 #define BLK_TABLE static __device__ const
+#else
+#define BLK_TABLE static const
+#endif
 #else
 #define BLK_HD static inline
 #define BLK_TABLE static const
