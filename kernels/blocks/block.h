@@ -96,7 +96,15 @@ struct block_codec {
 
 /* Every type that goes through this interface: X(UPPER, lower) for DTYPE_UPPER and
  * block_codec_lower. A new type adds its line here. */
-#define BLOCK_TYPES(X) X(Q5_0, q5_0)
+#define BLOCK_TYPES(X)   \
+    X(Q5_0, q5_0)        \
+    X(IQ2_XXS, iq2_xxs)  \
+    X(IQ2_XS, iq2_xs)    \
+    X(IQ3_XXS, iq3_xxs)  \
+    X(IQ1_S, iq1_s)      \
+    X(IQ3_S, iq3_s)      \
+    X(IQ2_S, iq2_s)      \
+    X(IQ1_M, iq1_m)
 
 /* The codec of a type that goes through this interface, or NULL (the 9 older types are still
  * written out in quant.c and the kernel folders). */

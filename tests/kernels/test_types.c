@@ -24,6 +24,9 @@ static void test_table(void) {
         {13, "q5_k", 256, 176, true}, {14, "q6_k", 256, 210, true}, {30, "bf16", 1, 2, false},
         /* the block decoder interface's types (kernels/blocks), sizes as ggml's type traits */
         {6, "q5_0", 32, 22, true},
+        {16, "iq2_xxs", 256, 66, true}, {17, "iq2_xs", 256, 74, true}, {18, "iq3_xxs", 256, 98, true},
+        {19, "iq1_s", 256, 50, true},   {21, "iq3_s", 256, 110, true}, {22, "iq2_s", 256, 82, true},
+        {29, "iq1_m", 256, 56, true},
     };
     int supported = 0;
     for (uint32_t id = 0; id < 64; id++) supported += dtype_get(id) != NULL;
