@@ -6,7 +6,7 @@
  * quantize a group of target values (already divided by the scale), each coordinate is rounded
  * to its nearest level, and the tuple of level numbers indexes a table that holds the grid entry
  * nearest to that tuple (least squares, computed once by brute force over the whole grid).
- * So a group costs n_coord comparisons chains and one load, not a search of the grid; the
+ * So a group costs a few comparisons per value and one load, not a search of the grid; the
  * answer is the entry nearest to the rounded tuple, which is not always the entry nearest to the
  * targets themselves (good enough for numallm's own quantizers: valid blocks, not best quality). */
 #ifndef NM_BLOCK_IQ_QUANT_H
