@@ -29,8 +29,15 @@
 
 #ifdef __CUDACC__
 #define BLK_HD __host__ __device__ static inline
-/* A constant table of format data (codebooks): in device constant/global memory under nvcc. */
+/* A constant table of format data (codebooks): in device global memory in nvcc's device pass,
+ * a plain host array in its host pass, so that a BLK_HD decoder reads the copy of the side it
+ * runs on (a __device__ array read from the host half of a BLK_HD function would be the
+ * unusable host shadow; nvcc warns #20091). */
+#ifdef __CUDA_ARCH__
 #define BLK_TABLE static __device__ const
+#else
+#define BLK_TABLE static const
+#endif
 #else
 #define BLK_HD static inline
 #define BLK_TABLE static const
@@ -89,13 +96,20 @@ struct block_codec {
 
 /* Every type that goes through this interface: X(UPPER, lower) for DTYPE_UPPER and
  * block_codec_lower. A new type adds its line here. */
-#define BLOCK_TYPES(X) \
-    X(Q5_0, q5_0)      \
-    X(Q5_1, q5_1)      \
-    X(Q2_K, q2_k)      \
-    X(Q3_K, q3_k)      \
-    X(IQ4_NL, iq4_nl)  \
-    X(IQ4_XS, iq4_xs)
+#define BLOCK_TYPES(X)   \
+    X(Q5_0, q5_0)        \
+    X(Q5_1, q5_1)        \
+    X(Q2_K, q2_k)        \
+    X(Q3_K, q3_k)        \
+    X(IQ4_NL, iq4_nl)    \
+    X(IQ4_XS, iq4_xs)    \
+    X(IQ2_XXS, iq2_xxs)  \
+    X(IQ2_XS, iq2_xs)    \
+    X(IQ3_XXS, iq3_xxs)  \
+    X(IQ1_S, iq1_s)      \
+    X(IQ3_S, iq3_s)      \
+    X(IQ2_S, iq2_s)      \
+    X(IQ1_M, iq1_m)
 
 /* The codec of a type that goes through this interface, or NULL (the 9 older types are still
  * written out in quant.c and the kernel folders). */

@@ -25,6 +25,9 @@ static void test_table(void) {
         /* the block decoder interface's types (kernels/blocks), sizes as ggml's type traits */
         {6, "q5_0", 32, 22, true},    {7, "q5_1", 32, 24, true},     {10, "q2_k", 256, 84, true},
         {11, "q3_k", 256, 110, true}, {20, "iq4_nl", 32, 18, true},  {23, "iq4_xs", 256, 136, true},
+        {16, "iq2_xxs", 256, 66, true}, {17, "iq2_xs", 256, 74, true}, {18, "iq3_xxs", 256, 98, true},
+        {19, "iq1_s", 256, 50, true},   {21, "iq3_s", 256, 110, true}, {22, "iq2_s", 256, 82, true},
+        {29, "iq1_m", 256, 56, true},
     };
     int supported = 0;
     for (uint32_t id = 0; id < 64; id++) supported += dtype_get(id) != NULL;

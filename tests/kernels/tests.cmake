@@ -26,3 +26,6 @@ set_tests_properties(test_kernels_amx PROPERTIES SKIP_RETURN_CODE 77 LABELS kern
 if(TARGET nm_onednn)
   nm_add_test(test_kernels_onednn SOURCES ${NM_KTEST_DIR}/test_onednn.c LIBS nm_onednn nm_kernels LABELS kernels)
 endif()
+# The grid block types (IQ1_S/IQ1_M, IQ2_XXS/IQ2_XS/IQ2_S, IQ3_XXS/IQ3_S; issue 15): codebook
+# digests, hand-built blocks, every grid entry, quantizer round trip, vec_dot_ref.
+nm_add_test(test_kernels_blocks_iq SOURCES ${NM_KTEST_DIR}/test_blocks_iq.c LIBS nm_kernels LABELS kernels)
