@@ -8,10 +8,11 @@ command line before -np), also on 2 ranks under mpirun, both ways. Each run's 28
 be, against both references (NAME.p20s8.lgt: llama.cpp; NAME.p20s8.exact.lgt: float64 on the
 dequantized weights):
   max |ours - ref| / max |ref| <= 0.15  and  sum (ours - ref)^2 / sum ref^2 <= 1e-2,
-and our argmax must be a token whose reference logit is within this row's max |ours - ref| of
-the reference maximum (a different choice only where the error can explain it: a near-tie).
-llama.cpp itself is 2.3e-2..8.1e-2 and nmse <= 5.3e-3 from the exact logits on these files; a
-wrong block decoder is off by O(1). Prints the worst figures per run. Plain Python (no numpy),
+and our argmax must be the reference's, unless the reference's logit for our choice is within
+NEAR_TIE (5%) of max |ref| of its maximum (a near-tie).
+llama.cpp itself is 2.3e-2..8.1e-2 and nmse <= 5.3e-3 from the exact logits on these files, and
+its own argmax differs from the exact one at near-ties of up to 5.0% (numallm's: 2.8%); a wrong
+block decoder is off by O(1). Prints the worst figures per run. Plain Python (no numpy),
 so it runs on the GPU host too. Exit 0 pass, 1 fail, 77 data missing.
 """
 import array
@@ -22,6 +23,7 @@ import sys
 
 MAX_REL = 0.15
 NMSE = 1e-2
+NEAR_TIE = 0.05
 
 
 def read_lgt(path):
@@ -73,8 +75,7 @@ def compare_row(ours, ref):
     num = sum((a - b) * (a - b) for a, b in zip(ours, ref))
     den = sum(b * b for b in ref)
     ours_arg = max(range(len(ours)), key=ours.__getitem__)
-    ref_max = max(ref)
-    argmax_ok = ref[ours_arg] >= ref_max - maxdiff
+    argmax_ok = ref[ours_arg] >= max(ref) - NEAR_TIE * amax_ref
     return maxdiff / amax_ref, num / den, argmax_ok
 
 
