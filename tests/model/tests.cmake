@@ -2,7 +2,8 @@
 # numpy in float64): every tiny preset in every supported weight type. On failure the test
 # names the first layer that diverges.
 set(NM_MODEL_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
-set(NM_MODEL_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q5_0 q5_1 q2_k q3_k iq4_nl iq4_xs)
+set(NM_MODEL_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q5_0 q5_1 q2_k q3_k iq4_nl iq4_xs
+    iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m)
 foreach(preset ${NM_MODEL_PRESETS})
   foreach(type ${NM_MODEL_TYPES})
     set(name model_vs_ref_${preset}_${type})

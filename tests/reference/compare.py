@@ -71,6 +71,13 @@ TOLERANCES = {
     "q3_k": 8e-2,
     "iq4_nl": 8e-2,
     "iq4_xs": 8e-2,
+    "iq2_xxs": 8e-2,
+    "iq2_xs": 8e-2,
+    "iq2_s": 8e-2,
+    "iq3_xxs": 8e-2,
+    "iq3_s": 8e-2,
+    "iq1_s": 8e-2,
+    "iq1_m": 8e-2,
 }
 
 

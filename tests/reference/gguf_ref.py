@@ -25,6 +25,7 @@ fp16 fields are converted exactly (fp16 -> float64 is exact); products are then 
 float64, so the reference is at least as precise as ggml's float32 dequantizers.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -133,6 +134,13 @@ GGML_BLOCK = {
     GGMLType.BF16: (1, 2),
     GGMLType.IQ4_NL: (32, 18),
     GGMLType.IQ4_XS: (256, 136),
+    GGMLType.IQ2_XXS: (256, 66),
+    GGMLType.IQ2_XS: (256, 74),
+    GGMLType.IQ2_S: (256, 82),
+    GGMLType.IQ3_XXS: (256, 98),
+    GGMLType.IQ3_S: (256, 110),
+    GGMLType.IQ1_S: (256, 50),
+    GGMLType.IQ1_M: (256, 56),
 }
 
 
@@ -267,6 +275,170 @@ def dequant_q3_k(b):
     return y.reshape(-1, 256)
 
 
+# --- the grid ("codebook") types -----------------------------------------------------------------
+# Their codebooks are format data: read from kernels/blocks/iq_grids.h (generated from ggml's
+# ggml-common.h, with provenance and SHA-256s that tests/kernels/test_blocks_iq.c checks); the
+# decoding below is written from the block layouts (kernels/blocks/FORMATS.md), independently of
+# the C decoders. vs_llamacpp.py checks it against llama.cpp's exact logits.
+
+_GRIDS = None
+
+
+def iq_grids():
+    """{name: int64 [entries, values]} of every codebook in iq_grids.h (IQ1: int8 values -1/0/1)."""
+    global _GRIDS
+    if _GRIDS is None:
+        import re
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "blocks", "iq_grids.h")
+        with open(path) as f:
+            text = f.read()
+        _GRIDS = {}
+        for ctype, name, n, body in re.findall(r"BLK_TABLE (uint64_t|uint32_t) iq_grid_(\w+)\[(\d+)\] = \{([^}]*)\}", text):
+            vals = [int(v, 16) for v in re.findall(r"0x([0-9a-fA-F]+)", body)]
+            width = 8 if ctype == "uint64_t" else 4
+            if len(vals) != int(n):
+                raise GGUFError("iq_grids.h: %s has %d entries, declared %s" % (name, len(vals), n))
+            g = np.array([[(v >> (8 * j)) & 0xFF for j in range(width)] for v in vals], dtype=np.int64)
+            if name == "iq1s":
+                g = np.where(g >= 128, g - 256, g)  # int8 bytes
+            _GRIDS[name] = g
+    return _GRIDS
+
+
+def _signs8(byte_vals):
+    """[..., 8] of +1/-1 from the low 8 bits (bit j set: value j negative)."""
+    b = np.asarray(byte_vals, dtype=np.int64)[..., None]
+    return 1.0 - 2.0 * ((b >> np.arange(8)) & 1)
+
+
+def _signs7(v7):
+    """The 8 signs of a 7-bit sign field: bit 7 is the parity of the 7 stored bits (an even
+    number of minus signs in every group of 8)."""
+    v7 = np.asarray(v7, dtype=np.int64)
+    par = np.zeros_like(v7)
+    for j in range(7):
+        par ^= (v7 >> j) & 1
+    return _signs8(v7 | (par << 7))
+
+
+def _u16s(b, off, n):
+    return b[:, off:off + 2 * n].copy().view("<u2").astype(np.int64)
+
+
+def dequant_iq2_xxs(b):
+    """IQ2_XXS: d; qs as 8 pairs of u32 (a, s) per sub-block: bytes of a index the 256-entry grid for
+    the 4 groups of 8; s holds 4 sign fields of 7 bits (bits 7l) and the scale in bits 28-31:
+    y = d (0.5 + scale) / 4 * grid * sign."""
+    g = iq_grids()["iq2xxs"]
+    d = _f16_field(b, 0)
+    w = b[:, 2:66].copy().view("<u4").astype(np.int64).reshape(-1, 8, 2)
+    a, s = w[:, :, 0], w[:, :, 1]
+    db = d[:, None] * (0.5 + (s >> 28)) * 0.25                           # [n, 8]
+    l = np.arange(4)
+    idx = (a[:, :, None] >> (8 * l)) & 0xFF                               # [n, 8, 4]
+    sg = _signs7((s[:, :, None] >> (7 * l)) & 127)                        # [n, 8, 4, 8]
+    y = db[:, :, None, None] * g[idx] * sg
+    return y.reshape(-1, 256)
+
+
+def dequant_iq2_xs(b):
+    """IQ2_XS: d; qs[32] u16 (9-bit grid index, 7-bit sign field); scales[8] (a nibble per 16
+    values): y = d (0.5 + nibble) / 4 * grid * sign."""
+    g = iq_grids()["iq2xs"]
+    d = _f16_field(b, 0)
+    q = _u16s(b, 2, 32).reshape(-1, 8, 4)
+    sc = b[:, 66:74].astype(np.int64)
+    nib = np.stack([sc & 0xF, sc >> 4], axis=2)                           # [n, 8, 2]
+    db = d[:, None, None] * (0.5 + nib) * 0.25
+    y = db[:, :, [0, 0, 1, 1], None] * g[q & 511] * _signs7(q >> 9)
+    return y.reshape(-1, 256)
+
+
+def dequant_iq2_s(b):
+    """IQ2_S: d; qs[32] (low 8 bits of the 10-bit grid indices); signs[32] (a byte per group of 8);
+    qh[8] (2 high index bits per group, bits 2l of qh[sub-block]); scales[8] as IQ2_XS."""
+    g = iq_grids()["iq2s"]
+    d = _f16_field(b, 0)
+    lo = b[:, 2:34].astype(np.int64).reshape(-1, 8, 4)
+    sgn = b[:, 34:66].reshape(-1, 8, 4)
+    qh = b[:, 66:74].astype(np.int64)
+    sc = b[:, 74:82].astype(np.int64)
+    l = np.arange(4)
+    idx = lo | (((qh[:, :, None] >> (2 * l)) & 3) << 8)
+    nib = np.stack([sc & 0xF, sc >> 4], axis=2)
+    db = d[:, None, None] * (0.5 + nib) * 0.25
+    y = db[:, :, [0, 0, 1, 1], None] * g[idx] * _signs8(sgn)
+    return y.reshape(-1, 256)
+
+
+def dequant_iq3_xxs(b):
+    """IQ3_XXS: d; 64 grid-index bytes (8 per sub-block, groups of 4 values); 8 u32 of 4 sign fields
+    of 7 bits (for 8 values each) and the scale in bits 28-31: y = d (0.5 + scale) / 2 * grid * sign."""
+    g = iq_grids()["iq3xxs"]
+    d = _f16_field(b, 0)
+    idx = b[:, 2:66].astype(np.int64).reshape(-1, 8, 8)
+    s = b[:, 66:98].copy().view("<u4").astype(np.int64)                   # [n, 8]
+    db = d[:, None] * (0.5 + (s >> 28)) * 0.5
+    vals = g[idx].reshape(-1, 8, 4, 8)                                    # 4 groups of 8 values
+    sg = _signs7((s[:, :, None] >> (7 * np.arange(4))) & 127)
+    y = db[:, :, None, None] * vals * sg
+    return y.reshape(-1, 256)
+
+
+def dequant_iq3_s(b):
+    """IQ3_S: d; qs[64] (low 8 bits of the 9-bit indices, groups of 4); qh[8] (bit k of qh[sub-block]
+    is the high index bit of its group k); signs[32] (a byte per 8 values); scales[4] (a nibble per
+    sub-block): y = d (1 + 2 nibble) * grid * sign."""
+    g = iq_grids()["iq3s"]
+    d = _f16_field(b, 0)
+    lo = b[:, 2:66].astype(np.int64).reshape(-1, 8, 8)
+    qh = b[:, 66:74].astype(np.int64)
+    sgn = b[:, 74:106].reshape(-1, 8, 4)
+    sc = b[:, 106:110].astype(np.int64)
+    nib = np.stack([sc & 0xF, sc >> 4], axis=2).reshape(-1, 8)
+    idx = lo | (((qh[:, :, None] >> np.arange(8)) & 1) << 8)
+    vals = g[idx].reshape(-1, 8, 4, 8)
+    db = d[:, None] * (1 + 2 * nib)
+    y = db[:, :, None, None] * vals * _signs8(sgn)
+    return y.reshape(-1, 256)
+
+
+def dequant_iq1_s(b):
+    """IQ1_S: d; qs[32] (low 8 bits of 11-bit indices into the 2048-entry grid of -1/0/1); qh[8] u16
+    per sub-block: 3 high index bits per group (bits 3l), the scale in bits 12-14, the delta's sign
+    in bit 15: y = d (2 scale + 1) (grid + delta), delta = -1/8 when bit 15 is set, else +1/8."""
+    g = iq_grids()["iq1s"]
+    d = _f16_field(b, 0)
+    lo = b[:, 2:34].astype(np.int64).reshape(-1, 8, 4)
+    qh = _u16s(b, 34, 8)
+    idx = lo | (((qh[:, :, None] >> (3 * np.arange(4))) & 7) << 8)
+    dl = d[:, None] * (2 * ((qh >> 12) & 7) + 1)
+    delta = np.where(qh & 0x8000, -0.125, 0.125)
+    y = dl[:, :, None, None] * (g[idx] + delta[:, :, None, None])
+    return y.reshape(-1, 256)
+
+
+def dequant_iq1_m(b):
+    """IQ1_M: qs[32]; qh[16] (per group of 8 values a nibble: 3 high index bits and the delta's sign
+    in bit 3); scales as 4 u16: 3-bit scales per 16 values (bits 6 (j%2) and 6 (j%2) + 3 of u16
+    j/2 for sub-block j), and d's 16 fp16 bits from their top nibbles (u16 k gives bits 4k..4k+3):
+    y = d (2 scale + 1) (grid + delta)."""
+    g = iq_grids()["iq1s"]
+    lo = b[:, 0:32].astype(np.int64).reshape(-1, 8, 4)
+    qh = b[:, 32:48].astype(np.int64).reshape(-1, 8, 2)
+    sc = _u16s(b, 48, 4)
+    dbits = (sc[:, 0] >> 12) | ((sc[:, 1] >> 8) & 0xF0) | ((sc[:, 2] >> 4) & 0xF00) | (sc[:, 3] & 0xF000)
+    d = dbits.astype("<u2").view("<f2").astype(np.float64)
+    nib = np.stack([qh & 0xF, qh >> 4], axis=3).reshape(-1, 8, 4)          # group l: nibble l
+    idx = lo | ((nib & 7) << 8)
+    delta = np.where(nib & 8, -0.125, 0.125)
+    j = np.arange(8)
+    s = sc[:, j // 2] >> (6 * (j % 2))                                     # [n, 8]
+    dl = d[:, None, None] * (2 * np.stack([s & 7, (s >> 3) & 7], axis=2) + 1)   # [n, 8, 2]
+    y = dl[:, :, [0, 0, 1, 1], None] * (g[idx] + delta[:, :, :, None])
+    return y.reshape(-1, 256)
+
+
 def k_scales_mins(s):
     """Unpack the 12-byte K-quant scale field (get_scale_min_k4) into 8 (scale, min) pairs.
 
@@ -369,6 +541,13 @@ DEQUANTIZERS = {
     GGMLType.Q3_K: dequant_q3_k,
     GGMLType.IQ4_NL: dequant_iq4_nl,
     GGMLType.IQ4_XS: dequant_iq4_xs,
+    GGMLType.IQ2_XXS: dequant_iq2_xxs,
+    GGMLType.IQ2_XS: dequant_iq2_xs,
+    GGMLType.IQ2_S: dequant_iq2_s,
+    GGMLType.IQ3_XXS: dequant_iq3_xxs,
+    GGMLType.IQ3_S: dequant_iq3_s,
+    GGMLType.IQ1_S: dequant_iq1_s,
+    GGMLType.IQ1_M: dequant_iq1_m,
 }
 
 

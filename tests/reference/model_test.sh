@@ -9,7 +9,7 @@
 # 3. ref.py on the same file and tokens (WORKDIR/r.bin, WORKDIR/rl/)
 # 4. compare.py with TYPE's tolerance; on failure it names the first diverging layer.
 # PRESET: tiny-llama, tiny-llama31, tiny-qwen2, tiny-qwen3, tiny-qwen3moe.
-# TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k.
+# TYPE: any type mkmodel writes (f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k and the block types).
 # WORKDIR must be private to this test (ctest may run tests in parallel); it is created.
 # Python: $NM_PYTHON if set, else /usr/bin/python3 (Debian's, which has numpy).
 # Exit 0 on pass, 1 on failure (with a one-line repro command), 2 on bad usage.
