@@ -90,7 +90,9 @@ int main(void) {
         {"tiny-llama", 4, 2, 64, 1024, 512, 256},        {"mha-7", 7, 7, 64, 2816, 1000, 448},
         {"mqa-12", 12, 1, 64, 2048, 999, 768},
     };
-    const enum dtype types[] = {DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_F16, DTYPE_Q6_K, DTYPE_F32};
+    /* 32-value blocks (Q4_0, Q5_0, IQ4_NL), 256-value super-blocks (K-quants, IQ types), floats */
+    const enum dtype types[] = {DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_F16,     DTYPE_Q6_K, DTYPE_F32,
+                                DTYPE_Q5_0, DTYPE_IQ4_NL, DTYPE_Q2_K, DTYPE_IQ2_XXS, DTYPE_IQ1_M};
     for (size_t i = 0; i < NM_ARRAY_LEN(shapes); i++)
         for (size_t t = 0; t < NM_ARRAY_LEN(types); t++)
             for (int n = 1; n <= 8; n++) check_plan(&shapes[i], types[t], types[t], n);
@@ -129,7 +131,7 @@ int main(void) {
      * refused by name. The down chunks cover the rank's columns in whole units. */
     struct model_config moe = {.n_head = 32, .n_head_kv = 4, .head_dim = 128, .head_dim_v = 128, .n_ff = 0,
                                .n_expert = 128, .n_expert_used = 8, .n_ff_exp = 768, .n_vocab = 151936, .n_embd = 2048};
-    const enum dtype moe_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_F16};
+    const enum dtype moe_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_F16, DTYPE_Q5_1, DTYPE_IQ4_NL, DTYPE_IQ2_XS};
     for (size_t t = 0; t < NM_ARRAY_LEN(moe_types); t++) {
         const int64_t unit = NM_MAX(32, dtype_get(moe_types[t])->blck_size), units = 768 / unit;
         struct shard_types tm = {.wo = moe_types[t], .w_down = moe_types[t]};
