@@ -12,6 +12,10 @@ void kern_isa_avx512_fill(struct kern_isa *t);
 /* Per-family fillers, one per source file. */
 void avx512_fill_q(struct kern_isa *t);     /* q4_0, q4_1, q8_0: dot_q.c */
 void avx512_fill_k(struct kern_isa *t);     /* q4_k, q5_k, q6_k: dot_k.c */
+void avx512_fill_q5(struct kern_isa *t);    /* q5_0, q5_1: dot_q5.c */
+void avx512_fill_k23(struct kern_isa *t);   /* q2_k, q3_k: dot_k23.c */
+void avx512_fill_iq4(struct kern_isa *t);   /* iq4_nl, iq4_xs: dot_iq4.c */
+void avx512_fill_iq(struct kern_isa *t);    /* iq2_*, iq3_*, iq1_*: dot_iq.c */
 void avx512_fill_f(struct kern_isa *t);     /* f32, f16, bf16:   dot_f.c */
 void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x, swiglu: act.c */
 void avx512_fill_packed(struct kern_isa *t); /* pk_gemm (packed layouts): packed.c */

@@ -40,11 +40,16 @@ static void pack_row(enum nm_pack_order order, const block_q8x *a, int64_t nb, u
     const int64_t nbp = nm_pack_nbp(nb * 32);
     int8_t *qs = (int8_t *)dst;
     float *d = (float *)(dst + 32 * nbp), *sa = (float *)(dst + 36 * nbp);
+    float *sh = (float *)(dst + 40 * nbp);
     for (int64_t b = 0; b < nb; b++) {
         d[b] = a[b].d;
         sa[b] = a[b].d * (float)a[b].isum;
+        int32_t s0 = 0, s1 = 0;
+        for (int l = 0; l < 16; l++) s0 += a[b].qs[l], s1 += a[b].qs[16 + l];
+        sh[2 * b] = a[b].d * (float)s0;
+        sh[2 * b + 1] = a[b].d * (float)s1;
     }
-    for (int64_t b = nb; b < nbp; b++) d[b] = sa[b] = 0.0f;
+    for (int64_t b = nb; b < nbp; b++) d[b] = sa[b] = sh[2 * b] = sh[2 * b + 1] = 0.0f;
     memset(qs + 32 * nb, 0, (size_t)(32 * (nbp - nb)));
     switch (order) {
     case NM_PACK_NATURAL:

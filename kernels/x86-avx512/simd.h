@@ -98,6 +98,8 @@ typedef void (*nm_tile_fn)(int64_t n, const uint8_t *w, size_t ws, const uint8_t
  *   qs[32 * nbp]  int8 codes, in the order the type's kernel consumes them (see nm_pack_order)
  *   d[nbp]        float d of each block
  *   sa[nbp]       float d * isum of each block
+ *   sh[2 * nbp]   float d * (sum of the codes of each half of 16 values), halves in natural
+ *                 order whatever the code order (the per-16 offsets of the block types, dot_blk.h)
  * with nbp = nb rounded up to 16 and zeros past nb. A zmm of codes is then one aligned load
  * (a memory operand of vpdpbusd), and the scales of 16 blocks one vector load, instead of
  * inserts and gathers repeated for every weight row. The pack is O(n) per activation row and
@@ -110,13 +112,16 @@ enum nm_pack_order {
 };
 
 static inline int64_t nm_pack_nbp(int64_t n) { return (n / 32 + 15) / 16 * 16; }
-static inline size_t nm_pack_row_bytes(int64_t n) { return (size_t)nm_pack_nbp(n) * 40; }
+static inline size_t nm_pack_row_bytes(int64_t n) { return (size_t)nm_pack_nbp(n) * 48; }
 static inline const int8_t *nm_pack_qs(const uint8_t *row) { return (const int8_t *)row; }
 static inline const float *nm_pack_d(const uint8_t *row, int64_t nbp) {
     return (const float *)(row + 32 * nbp);
 }
 static inline const float *nm_pack_sa(const uint8_t *row, int64_t nbp) {
     return (const float *)(row + 36 * nbp);
+}
+static inline const float *nm_pack_sh(const uint8_t *row, int64_t nbp) {
+    return (const float *)(row + 40 * nbp);
 }
 
 /* Pack nc q8x rows of n values (x, xs bytes apart) into dst (rows ds bytes apart). */

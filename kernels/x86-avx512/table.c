@@ -4,6 +4,10 @@
 void kern_isa_avx512_fill(struct kern_isa *t) {
     avx512_fill_q(t);
     avx512_fill_k(t);
+    avx512_fill_q5(t);
+    avx512_fill_k23(t);
+    avx512_fill_iq4(t);
+    avx512_fill_iq(t);
     avx512_fill_f(t);
     avx512_fill_act(t);
     avx512_fill_packed(t);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../kernels/kscales.h"
 #include "base.h"
 #include "quant.h"
 #include "types.h"
@@ -41,10 +42,8 @@ static inline void bench_fill_weight(enum dtype t, uint8_t *p, int64_t k, int64_
     const uint16_t h = fp32_to_fp16(0.01f), b = fp32_to_bf16(0.01f);
     for (size_t i = 0; i < nblk; i++) {
         uint8_t *blk = p + i * (size_t)info->type_size;
+        kscales_set(t, blk, h, h);
         switch (t) {
-        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, &h, 2); break;
-        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, &h, 2); memcpy(blk + 2, &h, 2); break;
-        case DTYPE_Q6_K: memcpy(blk + 208, &h, 2); break;
         case DTYPE_F16: memcpy(blk, &h, 2); break;
         case DTYPE_BF16: memcpy(blk, &b, 2); break;
         case DTYPE_F32: { const float f = bench_rng_val(1.0f); memcpy(blk, &f, 4); break; }

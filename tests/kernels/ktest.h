@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "kscales.h"
 #include "quant.h"
 #include "types.h"
 
@@ -102,8 +103,9 @@ static inline uint16_t krng_fp16_scale(krng *r, float mag) {
 }
 
 /* A row of n values of type t with every byte random (all code patterns, every scale index,
- * Q5_K/Q6_K high bits, Q6_K's -128 scale) except the fp16 scales, which are finite and small
- * (both signs), so the dot products are finite. Float types get normal values. */
+ * Q5_K/Q6_K high bits, Q6_K's -128 scale, every grid index and sign of the IQ types) except the
+ * fp16 scales (kscales.h), which are finite and small (both signs), so the dot products are
+ * finite. Float types get normal values. */
 static inline void krng_row(krng *r, enum dtype t, void *dst, int64_t n) {
     const struct dtype_info *info = dtype_get((uint32_t)t);
     const size_t bytes = dtype_row_size(t, n);
@@ -112,11 +114,9 @@ static inline void krng_row(krng *r, enum dtype t, void *dst, int64_t n) {
     const int64_t nb = n / info->blck_size;
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *blk = p + (size_t)b * (size_t)info->type_size;
-        uint16_t h[2] = {krng_fp16_scale(r, 0.05f), krng_fp16_scale(r, 0.05f)};
+        const uint16_t h0 = krng_fp16_scale(r, 0.05f), h1 = krng_fp16_scale(r, 0.05f);
+        kscales_set(t, blk, h0, h1);
         switch (t) {
-        case DTYPE_Q4_0: case DTYPE_Q8_0: memcpy(blk, h, 2); break;
-        case DTYPE_Q4_1: case DTYPE_Q4_K: case DTYPE_Q5_K: memcpy(blk, h, 4); break;
-        case DTYPE_Q6_K: memcpy(blk + 208, h, 2); break;
         case DTYPE_F32: { float f = krng_normal(r); memcpy(blk, &f, 4); break; }
         case DTYPE_F16: { uint16_t v = fp32_to_fp16(krng_normal(r)); memcpy(blk, &v, 2); break; }
         case DTYPE_BF16: { uint16_t v = fp32_to_bf16(krng_normal(r)); memcpy(blk, &v, 2); break; }

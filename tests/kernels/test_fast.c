@@ -4,7 +4,12 @@
  *    patterns; see krng_row) and on rows quantized from normal data, with many random K
  *    (multiples of the block size: 1 block, odd counts, group tails) and, for gemm, nr/nc with
  *    odd tails around the register tiles; outputs checked for NaN/inf, for a normalized error
- *    under a per-type tolerance, and for writes outside y (guard values).
+ *    under a per-type tolerance, and for writes outside y (guard values);
+ *  - batch invariance, bit for bit: every (weight row, activation row) output of a gemm call
+ *    equals vec_dot of that pair, gemm with nc = 1, and gemm over the rows from that one on (a
+ *    different position in the register tiles), so a server's answer does not depend on what
+ *    else is in its batch.
+ * A type listed here whose decoder is not in this build (dtype_get NULL) is skipped by name.
  * Skips (exit 77) when the CPU cannot run the avx512 path.
  *
  * Options: --seed N, --type NAME (only that type), --iters N (trials per type). */
@@ -26,13 +31,26 @@
  * 8192) terms in sequence; those roundings are random, ~sqrt(n) * 2^-24 * mag = 5.4e-6, so 2e-5
  * is about 4 sigma of that (observed: 3e-7). */
 #define TOL_FLOAT 2e-5  /* f32/f16/bf16 */
-#define TOL_Q4 4e-5     /* q4_0, q4_1, k-quants */
+#define TOL_Q4 4e-5     /* q4_0, q4_1, k-quants, iq2_*, iq3_* */
 #define TOL_Q8_0 2e-4   /* q8_0 */
+/* The block-interface types (dot_blk.h). IQ2/IQ3 put their signs on the activations and have no
+ * offset term: each float term is one 4-product lane of one half, as for the k-quants (TOL_Q4).
+ * The others add one offset term per half as d_a * (sum of the half's codes) * off: IQ4_NL and
+ * IQ4_XS code their values + 128 (off = -128 scale, Q8_0's case: up to 128 / |value| times the
+ * half's share of mag, 2e-4 as for Q8_0); Q5_0 (-16 d), Q5_1 (m), Q2_K (-dmin * min), Q3_K
+ * (-4 scale), IQ1_S/IQ1_M (-9/8 scale) have offsets of at most 16 code steps or a min of the
+ * same size as the values, within the same bound. Observed on an emulation of the kernels
+ * (SIMDe, development only): <= 1e-7. */
+#define TOL_OFF 2e-4
 
 static const struct { enum dtype t; double tol; } k_types[] = {
     {DTYPE_Q4_0, TOL_Q4}, {DTYPE_Q8_0, TOL_Q8_0}, {DTYPE_Q4_K, TOL_Q4}, {DTYPE_Q6_K, TOL_Q4},
     {DTYPE_F16, TOL_FLOAT}, {DTYPE_BF16, TOL_FLOAT}, {DTYPE_F32, TOL_FLOAT},
     {DTYPE_Q4_1, TOL_Q4}, {DTYPE_Q5_K, TOL_Q4},
+    {DTYPE_Q5_0, TOL_OFF}, {DTYPE_Q5_1, TOL_OFF}, {DTYPE_Q2_K, TOL_OFF}, {DTYPE_Q3_K, TOL_OFF},
+    {DTYPE_IQ4_NL, TOL_OFF}, {DTYPE_IQ4_XS, TOL_OFF}, {DTYPE_IQ2_XXS, TOL_Q4},
+    {DTYPE_IQ2_XS, TOL_Q4}, {DTYPE_IQ2_S, TOL_Q4}, {DTYPE_IQ3_XXS, TOL_Q4}, {DTYPE_IQ3_S, TOL_Q4},
+    {DTYPE_IQ1_S, TOL_OFF}, {DTYPE_IQ1_M, TOL_OFF},
 };
 
 static int g_iters = 60;
@@ -61,6 +79,43 @@ static void test_quantize_act(krng *r, const struct kern_isa *fast) {
         free(a);
         free(b);
     }
+}
+
+/* Batch invariance: y (from one gemm call over nr x nc) against vec_dot of each pair, gemm with
+ * nc = 1 per activation row, and gemm over rows 1.. (when nr > 1: every row moves to another
+ * place in the register tiles) for all nc rows; every output must have the same bits. */
+static void check_invariance(const struct kern_isa *fast, enum dtype t, int64_t n, const uint8_t *w,
+                             size_t row_bytes, int nr, const uint8_t *act, size_t act_bytes, int nc,
+                             const float *y, int64_t ldy, int trial) {
+    float *y1 = malloc((size_t)nr * sizeof(float)), *y2 = malloc((size_t)nr * nc * sizeof(float));
+    const int r0 = nr > 1 ? 1 : 0;
+    int bad = 0, first_r = -1, first_c = -1;
+    const char *first_what = "";
+    float first_got = 0.0f, first_want = 0.0f;
+    if (r0 < nr) fast->gemm[t](n, w + row_bytes * r0, row_bytes, nr - r0, act, act_bytes, nc, y2, nr - r0);
+    for (int c = 0; c < nc; c++) {
+        fast->gemm[t](n, w, row_bytes, nr, act + act_bytes * c, act_bytes, 1, y1, nr);
+        for (int i = 0; i < nr; i++) {
+            const float want = y[c * ldy + i];
+            const float vd = fast->vec_dot[t](n, w + row_bytes * i, act + act_bytes * c);
+            const float alt[3] = {vd, y1[i], i >= r0 ? y2[(size_t)c * (nr - r0) + (i - r0)] : want};
+            static const char *const names[3] = {"vec_dot", "gemm nc=1", "gemm from row r0"};
+            for (int k = 0; k < 3; k++) {
+                if (memcmp(&alt[k], &want, sizeof want) == 0) continue;
+                if (bad++ == 0) {
+                    first_r = i, first_c = c, first_what = names[k];
+                    first_got = alt[k], first_want = want;
+                }
+            }
+        }
+    }
+    if (bad)
+        ktest_fail("batch invariance %s n=%" PRId64 " nr=%d nc=%d trial %d: %d outputs differ from the "
+                   "nr x nc call; first: row %d act %d, %s gives %.9g, the call %.9g (r0=%d)",
+                   dtype_get(t)->name, n, nr, nc, trial, bad, first_r, first_c, first_what,
+                   (double)first_got, (double)first_want, r0);
+    free(y1);
+    free(y2);
 }
 
 /* One gemm/vec_dot case: nr weight rows of length n, nc activation rows. */
@@ -115,6 +170,7 @@ static void test_case(krng *r, const struct kern_isa *fast, enum dtype t, double
     /* vec_dot on the first row / activation */
     const float vd = fast->vec_dot[t](n, w, act);
     kcheck(&vd, &want[0], &mag[0], 1, tol, "vec_dot %s n=%" PRId64 " trial %d", dtype_get(t)->name, n, trial);
+    check_invariance(fast, t, n, w, row_bytes, nr, act, act_bytes, nc, y, ldy, trial);
     free(w);
     free(x);
     free(wf);
@@ -202,10 +258,15 @@ int main(int argc, char **argv) {
     test_quantize_act(&r, fast);
     test_swiglu(&r, fast);
     for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
-        if (g_only && strcasecmp(g_only, dtype_get(k_types[i].t)->name) != 0) continue;
+        const struct dtype_info *info = dtype_get(k_types[i].t);
+        if (!info) {
+            printf("  %-7s SKIP: no decoder for this type in this build\n", dtype_ggml_name(k_types[i].t));
+            continue;
+        }
+        if (g_only && strcasecmp(g_only, info->name) != 0) continue;
         ktest_worst_err = 0.0;
         test_type(&r, fast, k_types[i].t, k_types[i].tol);
-        printf("  %-5s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",
+        printf("  %-7s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",
                dtype_get(k_types[i].t)->name, ktest_worst_err, k_types[i].tol);
     }
     return ktest_finish("test_fast");

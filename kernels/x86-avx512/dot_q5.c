@@ -1,0 +1,51 @@
+/* AVX-512 VNNI dot products of Q5_0 and Q5_1 (32-value blocks, 22 and 24 bytes) with q8x
+ * activations, through the block tile of dot_blk.h (groups of 8 blocks).
+ *  - head: the fp16 d (Q5_1: d and m, one dword) of the 8 blocks with one masked vpgatherdd;
+ *    Q5_0's offset is -16 d, Q5_1's m.
+ *  - step (2 blocks): the 16 nibble bytes of each block broadcast to two 128-bit lanes, one
+ *    vpsrlvw (0 or 4 per lane) and an AND give the low 4 bits in natural order; the fifth bits
+ *    are the 32-bit qh of each block, which is already the byte mask of the 32 values: one
+ *    masked add of 16 (qh0 | qh1 << 32 into a mask register).
+ * Layouts: ggml-common.h block_q5_0 (d, qh[4], qs[16]) and block_q5_1 (d, m, qh[4], qs[16]). */
+#include "dot_blk.h"
+
+NM_INLINE void q5_0_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+    *sc = nm_blk_halves(nm_blk_fp16x8(nm_blk_dword8(g, 22, nblk)));
+    *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-16.0f));
+}
+
+NM_INLINE void q5_1_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+    const __m256i dm = nm_blk_dword8(g, 24, nblk);
+    *sc = nm_blk_halves(nm_blk_fp16x8(dm));
+    *off = nm_blk_halves(nm_blk_fp16x8(_mm256_srli_epi32(dm, 16)));
+}
+
+/* The 5-bit codes of blocks 2z and 2z + 1 (bsize bytes each; qh at qh_off, qs at qh_off + 4). */
+NM_INLINE __m512i q5_codes(const uint8_t *g, int z, int nblk, int bsize, int qh_off) {
+    const uint8_t *b0 = g + (size_t)(2 * z) * bsize, *b1 = b0 + bsize;
+    const int two = 2 * z + 1 < nblk;
+    const __m512i u = nm_blk_nib64(b0 + qh_off + 4, two ? b1 + qh_off + 4 : NULL);
+    uint32_t h0, h1 = 0;
+    memcpy(&h0, b0 + qh_off, 4);
+    if (two) memcpy(&h1, b1 + qh_off, 4);
+    return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
+}
+
+NM_INLINE __m512i q5_0_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+    (void)neg;
+    return q5_codes(g, z, nblk, 22, 2);
+}
+NM_INLINE __m512i q5_1_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+    (void)neg;
+    return q5_codes(g, z, nblk, 24, 4);
+}
+
+NM_BLK_DEFINE(q5_0, 8 * 22, NM_BLK_OFF)
+NM_BLK_DEFINE(q5_1, 8 * 24, NM_BLK_OFF)
+
+void avx512_fill_q5(struct kern_isa *t) {
+    t->vec_dot[DTYPE_Q5_0] = vec_dot_q5_0;
+    t->gemm[DTYPE_Q5_0] = gemm_q5_0;
+    t->vec_dot[DTYPE_Q5_1] = vec_dot_q5_1;
+    t->gemm[DTYPE_Q5_1] = gemm_q5_1;
+}
