@@ -7,7 +7,8 @@
  * between Q/K/V and gate/up; the quantization is not timed. One warm-up pass is excluded; the
  * median of the repetitions is reported with min and max. Threads are bound to cpus 0..t-1.
  *
- *   bench_gemv [-t max_threads] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
+ *   bench_gemv [-t max_threads | -tl T,T,...] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
+ * (-t runs every thread count 1..max_threads; -tl only the ones listed, e.g. -tl 2,16)
  *
  * Shapes are K x N: K input features (row length), N output features (rows). */
 #include <inttypes.h>
@@ -40,15 +41,16 @@ static const int64_t k_shapes[][2] = {{896, 4864}, {4864, 896},   {2048, 8192},
 
 int main(int argc, char **argv) {
     int max_threads = 2, reps = 10, m_gemm = 512;
-    const char *types = NULL, *shapes = NULL;
+    const char *types = NULL, *shapes = NULL, *thread_list = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) max_threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-tl")) thread_list = argv[i + 1];
         else if (!strcmp(argv[i], "-T")) types = argv[i + 1];
         else if (!strcmp(argv[i], "-S")) shapes = argv[i + 1];
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t max_threads] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t max_threads | -tl T,...] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
             return 2;
         }
     }
@@ -57,7 +59,15 @@ int main(int argc, char **argv) {
     printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
            " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
            isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
-    for (int nth = 1; nth <= max_threads; nth++) {
+    if (thread_list) {
+        max_threads = 0;
+        for (const char *p = thread_list; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+            max_threads = NM_MAX(max_threads, atoi(p));
+    }
+    for (int nth = 1; nth <= max_threads && nth <= 256; nth++) {
+        char nth_s[16];
+        snprintf(nth_s, sizeof nth_s, "%d", nth);
+        if (thread_list && !bench_in_list(thread_list, nth_s)) continue;
         int cpus[256];
         for (int i = 0; i < nth; i++) cpus[i] = i;
         struct pool *pool = pool_init(nth, cpus);
