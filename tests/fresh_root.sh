@@ -95,13 +95,14 @@ else
   say "Debian 12 root: mmdebstrap ${mm_opts[*]} bookworm, sources:"
   grep -E '^(URIs|Suites|deb)' "$sources" | sed 's/^/  /'
   t0=$(date +%s)
-  if ! mmdebstrap "${mm_opts[@]}" bookworm "$tarball.tmp" "$sources" >"$CACHE/mmdebstrap.log" 2>&1; then
+  part=$CACHE/partial.tar   # mmdebstrap picks the format from the name's extension
+  if ! mmdebstrap "${mm_opts[@]}" bookworm "$part" "$sources" >"$CACHE/mmdebstrap.log" 2>&1; then
     tail -20 "$CACHE/mmdebstrap.log" >&2
-    rm -f "$tarball.tmp"
+    rm -f "$part"
     die "mmdebstrap failed (log: $CACHE/mmdebstrap.log)"
   fi
   find "$CACHE" -maxdepth 1 -name 'debian12-*.tar' -delete   # older days' roots
-  mv "$tarball.tmp" "$tarball"
+  mv "$part" "$tarball"
   say "made in $(($(date +%s) - t0)) s"
 fi
 flock -u 9
