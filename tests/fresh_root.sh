@@ -115,7 +115,7 @@ sha=$(git -C "$SRC" rev-parse HEAD)
 git clone -q --no-checkout "$(git -C "$SRC" rev-parse --path-format=absolute --git-common-dir)" "$root/work/numallm"
 git -C "$root/work/numallm" checkout -q --detach "$sha"
 mkdir -p "$root/work/shared"
-say "clone of $sha in /work/numallm, $SHARED read-only at /work/shared"
+say "clone of $sha in /work/numallm; $SHARED mounted read-only beside it as /work/shared"
 if [ ${#without[@]} -gt 0 ]; then
   for p in "${without[@]}"; do
     printf 'Package: %s\nPin: release *\nPin-Priority: -1\n\n' "$p"
