@@ -143,7 +143,7 @@ in_root() {
 
 if [ $as_user = 1 ]; then
   # A user with sudo rights and no password prompt (no terminal in CI), owning the clone.
-  in_root 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >/dev/null &&
+  in_root 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo >/dev/null &&
            useradd -m -s /bin/bash newuser && chown -R newuser: /work/numallm &&
            echo "newuser ALL=(ALL) NOPASSWD: ALL" >/etc/sudoers.d/newuser' ||
     die "cannot make a sudo user in the root"
