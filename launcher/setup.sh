@@ -10,12 +10,17 @@ cd "$(dirname "$0")/.."
 deps_only=0
 [ "${1:-}" = "--deps" ] && deps_only=1
 
-# Required to build and test.
+# Required to build and test: the compiler and build tools; Open MPI (several ranks per machine,
+# and mpirun, which starts them); libnuma + numactl (memory on a rank's own node); hwloc (the
+# machine's topology, for the rank plan); Python with numpy and regex (the independent reference
+# implementation the tests check the engine against, and the tokenizer's pre-tokenizer test).
 required=(build-essential cmake ninja-build pkg-config
           libopenmpi-dev openmpi-bin libnuma-dev numactl libhwloc-dev hwloc
           python3 python3-numpy python3-regex)
-# Wanted, but numallm builds and runs without them (each skip is reported): oneDNN (a matmul
-# candidate), clang + its fuzzer runtime (the GGUF fuzz test).
+# Wanted, but numallm builds, runs and tests without them (CMake's "optional parts" line says
+# what was left out, and the tests that need them are reported as skipped): oneDNN (a matmul
+# candidate; found by its library and header, so its CMake package's OpenCL dependency is not
+# needed), clang + its fuzzer runtime (the GGUF fuzz test).
 optional=(libdnnl-dev clang libclang-rt-dev)
 
 SUDO=""
@@ -33,13 +38,14 @@ missing() {
 need=$(missing "${required[@]}")
 want=$(missing "${optional[@]}")
 if [ -n "$need$want" ]; then
-  export DEBIAN_FRONTEND=noninteractive
+  # No questions (sudo drops the environment, hence env), and wait for another apt to finish.
+  APT=($SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
   echo "setup: installing: $need $want"
-  $SUDO apt-get update -qq
+  "${APT[@]}" update -qq
   # shellcheck disable=SC2086
-  [ -z "$need" ] || $SUDO apt-get install -y -qq --no-install-recommends $need
+  [ -z "$need" ] || "${APT[@]}" install -y -qq --no-install-recommends $need
   for p in $want; do
-    $SUDO apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 \
+    "${APT[@]}" install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 \
       || echo "setup: optional package $p is not available here; continuing without it"
   done
 else

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 launcher/setup.sh --deps
 jobs=$(nproc)
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNM_WERROR=ON >/dev/null
+# Configure quietly, but say which optional parts were found and which were left out.
+optional_line() { sed -n 's/^-- \(numallm: optional parts: .*\)/\1/p'; }
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNM_WERROR=ON | optional_line
 cmake --build build -j "$jobs"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNM_SANITIZE=ON -DNM_WERROR=ON >/dev/null
 cmake --build build-asan -j "$jobs"

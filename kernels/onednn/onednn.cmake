@@ -1,26 +1,49 @@
 # kernels/onednn/: oneDNN as a candidate matmul for BF16/F32 weights on their GGUF rows (onednn.h).
-# Built with oneDNN only where CMake finds it (its CMake package, else libdnnl + oneapi/dnnl/dnnl.h);
+# Built with oneDNN only where its library and headers are found, link and compile here;
 # elsewhere onednn_none.c gives the same API, reporting "built without oneDNN". NM_HAVE_DNNL tells
 # tests/ and the benchmarks which one was built. Included after kernels/kernels.cmake (nm_kernels).
 option(NM_ONEDNN "Build the oneDNN matmul candidate when oneDNN is found" ON)
 set(NM_ONEDNN_DIR ${CMAKE_CURRENT_LIST_DIR})
 set(NM_HAVE_DNNL OFF)
 set(NM_DNNL_LINK "")
-set(_dnnl_said OFF)
+set(NM_DNNL_WHY "")     # why oneDNN was left out, for the status line and CMakeLists.txt's summary
 if(NM_ONEDNN)
-  # The package's config (Debian: DNNL::dnnl) also looks for OpenCL where the library was built
-  # with the OpenCL GPU runtime; when that fails, fall back to the library and header.
-  find_package(dnnl CONFIG QUIET)
-  if(TARGET DNNL::dnnl)
-    set(NM_DNNL_LINK DNNL::dnnl)
-    get_target_property(NM_DNNL_INC DNNL::dnnl INTERFACE_INCLUDE_DIRECTORIES)
-  else()
-    find_library(NM_DNNL_LIBRARY dnnl)
-    find_path(NM_DNNL_INCLUDE oneapi/dnnl/dnnl.h)
-    if(NM_DNNL_LIBRARY AND NM_DNNL_INCLUDE)
+  # An optional dependency must never break the configure, so oneDNN's own CMake package
+  # (find_package(dnnl)) is not used: Debian's dnnl-config.cmake calls find_package(OpenCL
+  # REQUIRED) for its OpenCL GPU runtime, which is fatal without ocl-icd-opencl-dev even under
+  # QUIET. The library and header are looked for directly (also under $DNNLROOT, oneAPI's
+  # variable, and CMAKE_PREFIX_PATH), and a program calling dnnl_version() must link.
+  # A build directory configured before oneDNN was removed (or moved) looks again, rather than
+  # link a library that is gone; the probes below rerun whenever what was found changes.
+  foreach(_v NM_DNNL_LIBRARY NM_DNNL_INCLUDE NM_DNNL_HDR)
+    if(${_v} AND NOT EXISTS "${${_v}}")
+      unset(${_v} CACHE)
+    endif()
+  endforeach()
+  find_library(NM_DNNL_LIBRARY dnnl HINTS $ENV{DNNLROOT} $ENV{DNNL_ROOT} PATH_SUFFIXES lib lib64)
+  find_path(NM_DNNL_INCLUDE oneapi/dnnl/dnnl.h HINTS $ENV{DNNLROOT} $ENV{DNNL_ROOT} PATH_SUFFIXES include)
+  if(NOT "${NM_DNNL_LIBRARY};${NM_DNNL_INCLUDE}" STREQUAL "${NM_DNNL_PROBED}")
+    unset(NM_DNNL_LINKS CACHE)
+    unset(NM_DNNL_COMPILES CACHE)
+    set(NM_DNNL_PROBED "${NM_DNNL_LIBRARY};${NM_DNNL_INCLUDE}" CACHE INTERNAL "what the oneDNN probes ran on")
+  endif()
+  if(NM_DNNL_LIBRARY AND NM_DNNL_INCLUDE)
+    set(_dnnl_probe ${CMAKE_BINARY_DIR}/onednn_probe.c)
+    file(WRITE ${_dnnl_probe} "#include \"oneapi/dnnl/dnnl.h\"\n"
+                              "int main(void) { return dnnl_version()->major > 0 ? 0 : 1; }\n")
+    try_compile(NM_DNNL_LINKS ${CMAKE_BINARY_DIR}/onednn_probe SOURCES ${_dnnl_probe}
+                CMAKE_FLAGS "-DINCLUDE_DIRECTORIES=${NM_DNNL_INCLUDE}"
+                LINK_LIBRARIES ${NM_DNNL_LIBRARY} OUTPUT_VARIABLE _dnnl_probe_out)
+    if(NM_DNNL_LINKS)
       set(NM_DNNL_LINK ${NM_DNNL_LIBRARY})
       set(NM_DNNL_INC ${NM_DNNL_INCLUDE})
+    else()
+      set(NM_DNNL_WHY "${NM_DNNL_LIBRARY} does not link (see CMakeFiles/CMakeError.log)")
     endif()
+  elseif(NM_DNNL_LIBRARY OR NM_DNNL_INCLUDE)
+    set(NM_DNNL_WHY "libdnnl or oneapi/dnnl/dnnl.h missing (library: ${NM_DNNL_LIBRARY}, header: ${NM_DNNL_INCLUDE}): launcher/setup.sh installs libdnnl-dev")
+  else()
+    set(NM_DNNL_WHY "not found: launcher/setup.sh installs libdnnl-dev")
   endif()
 endif()
 
@@ -41,10 +64,8 @@ if(NM_DNNL_LINK)
               COMPILE_DEFINITIONS -DNM_HAVE_DNNL OUTPUT_VARIABLE _dnnl_try_out)
   set(CMAKE_TRY_COMPILE_TARGET_TYPE ${_dnnl_try_type})
   if(NOT NM_DNNL_COMPILES)
-    message(STATUS "numallm: oneDNN ${NM_DNNL_VERSION} found, but kernels/onednn/onednn.c does not compile against it "
-                   "(see CMakeFiles/CMakeError.log); oneDNN matmul candidate not built")
+    set(NM_DNNL_WHY "${NM_DNNL_VERSION} found, but kernels/onednn/onednn.c does not compile against it (see CMakeFiles/CMakeError.log)")
     set(NM_DNNL_LINK "")
-    set(_dnnl_said ON)
   endif()
 endif()
 
@@ -70,13 +91,10 @@ if(NM_DNNL_LINK)
                  "oneDNN matmul candidate built (kernels/onednn)")
 else()
   add_library(nm_onednn STATIC ${NM_ONEDNN_DIR}/onednn_none.c ${NM_ONEDNN_DIR}/onednn_status.c)
-  if(_dnnl_said)
-    # the reason is above
-  elseif(NM_ONEDNN)
-    message(STATUS "numallm: oneDNN not found (launcher/setup.sh installs libdnnl-dev); oneDNN matmul candidate not built")
-  else()
-    message(STATUS "numallm: NM_ONEDNN=OFF; oneDNN matmul candidate not built")
+  if(NOT NM_ONEDNN)
+    set(NM_DNNL_WHY "NM_ONEDNN=OFF")
   endif()
+  message(STATUS "numallm: oneDNN ${NM_DNNL_WHY}; oneDNN matmul candidate not built")
 endif()
 target_include_directories(nm_onednn PUBLIC ${NM_ONEDNN_DIR})
 target_link_libraries(nm_onednn PUBLIC nm_kernels)

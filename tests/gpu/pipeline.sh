@@ -33,9 +33,7 @@ run() { # name extra-args...
   "$NUMALLM" run -m "$WORK/m.gguf" --tokens $TOKENS -n $N_GEN --temp 0 --ignore-eos -t 2 -c 4096 \
     --dump-logits "$WORK/logits_$name.bin" "$@" >"$WORK/out_$name.txt" 2>"$WORK/err_$name.txt"
 }
-run cpu || { tail -5 "$WORK/err_cpu.txt"; fail "CPU-only run failed"; }
-n_layer=$(grep -o "n_layer [0-9]*" "$WORK/err_cpu.txt" | head -1 | cut -d' ' -f2)
-[ -n "$n_layer" ] || fail "no n_layer in the CPU run's log"
+# The GPU first: without a device the test is skipped before the CPU-only run is spent.
 if ! run probe -ngl 1 --strict; then
   if grep -q "needs a GPU" "$WORK/err_probe.txt"; then
     echo "skipped: $(grep -o 'no CUDA device.*' "$WORK/err_probe.txt" | head -1)"
@@ -44,6 +42,9 @@ if ! run probe -ngl 1 --strict; then
   tail -5 "$WORK/err_probe.txt"
   fail "-ngl 1 failed"
 fi
+run cpu || { tail -5 "$WORK/err_cpu.txt"; fail "CPU-only run failed"; }
+n_layer=$(grep -o "n_layer [0-9]*" "$WORK/err_cpu.txt" | head -1 | cut -d' ' -f2)
+[ -n "$n_layer" ] || fail "no n_layer in the CPU run's log"
 echo "cpu: $(cut -c1-200 "$WORK/out_cpu.txt")"
 amx=$(grep -c -m1 amx_int8 /proc/cpuinfo)
 ngls="$(seq 1 "$n_layer") 99"

@@ -212,9 +212,20 @@ int main(int argc, char **argv) {
         return KTEST_SKIP;
     }
     printf("test_onednn: %s\n", kern_onednn_describe(why, sizeof why));
-    static const enum dtype types[] = {DTYPE_BF16, DTYPE_F32};
+    enum dtype types[] = {DTYPE_BF16, DTYPE_F32};
+    size_t n_types = NM_ARRAY_LEN(types);
+    /* oneDNN 2.x has a bf16 matmul only on CPUs with AVX-512 (avx512_core); elsewhere the wrapper
+     * says dnnl_unimplemented for every bf16 shape (the engine then keeps bf16 matmuls on its own
+     * kernels), so the bf16 half is skipped with the reason and f32 is still tested. */
+    if (kern_onednn_weights_check(DTYPE_BF16, 1, 32, 1, KERN_ONEDNN_WEIGHTS_ROWS, why, sizeof why) ==
+            KERN_ONEDNN_UNSUPPORTED &&
+        strstr(why, "dnnl_unimplemented")) {
+        printf("test_onednn: bf16 skipped: %s\n", why);
+        types[0] = DTYPE_F32;
+        n_types = 1;
+    }
 
-    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+    for (size_t ti = 0; ti < n_types; ti++) {
         test_layout(types[ti], 1, 896, 4864);
         test_layout(types[ti], 16, 4096, 14336);
         test_layout(types[ti], 67, 4128, 301);
@@ -224,7 +235,7 @@ int main(int argc, char **argv) {
 
     krng r = {ktest_seed};
     static const int64_t ks[] = {32, 96, 256, 896, 2048, 4096 + 32};
-    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+    for (size_t ti = 0; ti < n_types; ti++) {
         ktest_worst_err = 0;
         /* fixed corners, then random shapes: 40+ distinct (m, k, n, ldy) per type, more than the
          * 32-slot primitive cache */

@@ -6,6 +6,10 @@ set -u
 NUMALLM=$1 SRC=$2 WORK=$3
 VOCAB=$SRC/../shared/data/tokenizer/ggml-vocab-llama-spm.gguf
 PY=${NM_PYTHON:-/usr/bin/python3}
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "SKIP: $PY cannot import numpy, which the reference needs (install python3-numpy, or set NM_PYTHON)"
+    exit 77
+fi
 if [ ! -f "$VOCAB" ]; then echo "SKIP: $VOCAB not found (the shared tokenizer data)"; exit 77; fi
 mkdir -p "$WORK"
 "$NUMALLM" mkmodel --preset tiny-llama --type f32 -o "$WORK/m.gguf" --vocab-from "$VOCAB" --seed 5 2>/dev/null \

@@ -25,6 +25,10 @@ TYPE=$3
 WORKDIR=$4
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PY=${NM_PYTHON:-/usr/bin/python3}
+if ! "$PY" -c 'import numpy' 2>/dev/null; then
+    echo "SKIP: $PY cannot import numpy, which the reference needs (install python3-numpy, or set NM_PYTHON)"
+    exit 77
+fi
 # Fixed prompt: 12 ids below 256 (every tiny preset's vocabulary is larger), with a repeat.
 TOKENS=1,17,42,99,7,200,13,255,64,128,17,77
 
