@@ -37,3 +37,24 @@ add_test(NAME chat_keeps_kv_cache
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/chat_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
                  ${CMAKE_CURRENT_BINARY_DIR}/chat_test)
 set_tests_properties(chat_keeps_kv_cache PROPERTIES LABELS model SKIP_RETURN_CODE 77)
+
+# Batch invariance (rank/forward.h): 16 sequences batched as a server batches them (arrivals,
+# decode rows next to prompt pieces, batches of 1 to 40 rows) must get every row's logits bit for
+# bit as each sequence alone, and the same greedy tokens; 1 rank (label model) and 2 ranks under
+# mpirun (label tp).
+add_executable(test_batch ${CMAKE_CURRENT_LIST_DIR}/test_batch.c)
+target_link_libraries(test_batch PRIVATE nm_rank)
+foreach(preset tiny-llama tiny-qwen2 tiny-qwen3moe)
+  foreach(type ${NM_MODEL_TYPES})
+    add_test(NAME batch_invariance_${preset}_${type}
+             COMMAND test_batch ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/batch_tests)
+    set_tests_properties(batch_invariance_${preset}_${type} PROPERTIES LABELS model TIMEOUT 300)
+    if(NM_MPIRUN)
+      add_test(NAME batch_invariance_np2_${preset}_${type}
+               COMMAND ${NM_MPIRUN} -np 2 $<TARGET_FILE:test_batch> ${preset} ${type}
+                       ${CMAKE_CURRENT_BINARY_DIR}/batch_tests_np2)
+      set_tests_properties(batch_invariance_np2_${preset}_${type} PROPERTIES LABELS tp PROCESSORS 2 TIMEOUT 300
+                           ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+    endif()
+  endforeach()
+endforeach()
