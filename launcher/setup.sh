@@ -13,7 +13,7 @@ deps_only=0
 # Required to build and test.
 required=(build-essential cmake ninja-build pkg-config
           libopenmpi-dev openmpi-bin libnuma-dev numactl libhwloc-dev hwloc
-          python3 python3-numpy python3-regex)
+          python3 python3-numpy python3-regex libmicrohttpd-dev libjansson-dev curl)
 # Wanted, but numallm builds and runs without them (each skip is reported): oneDNN (a matmul
 # candidate), clang + its fuzzer runtime (the GGUF fuzz test).
 optional=(libdnnl-dev clang libclang-rt-dev)
