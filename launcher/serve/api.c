@@ -67,8 +67,8 @@ static bool parse_common(json_t *o, struct serve_request *r, struct api_opts *op
         return false;
     }
     ll = -1;
-    if (!get_int(o, "max_tokens", 0, 1 << 24, &ll, err, errlen) ||
-        !get_int(o, "max_completion_tokens", 0, 1 << 24, &ll, err, errlen) ||
+    if (!get_int(o, "max_tokens", 1, 1 << 24, &ll, err, errlen) ||
+        !get_int(o, "max_completion_tokens", 1, 1 << 24, &ll, err, errlen) ||
         !get_int(o, "n_predict", -1, 1 << 24, &ll, err, errlen)) /* llama-server's name */
         return false;
     r->max_tokens = ll;

@@ -2,6 +2,7 @@
 #include "scheduler.h"
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,8 +14,9 @@
 struct serve_request *serve_request_new(void) {
     struct serve_request *r = calloc(1, sizeof *r);
     NM_ASSERT(r);
+    static atomic_uint_fast64_t count;
     r->sp = sampler_default_params();
-    r->sp.seed = (uint64_t)time(NULL);
+    r->sp.seed = (uint64_t)time(NULL) * 1000003u + atomic_fetch_add(&count, 1); /* no "seed": one of its own */
     r->refs = 1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
