@@ -100,8 +100,10 @@ struct step {
     bool *want_b;    /* [n_batch] the same, as the engine takes it */
     struct step_start *starts; /* [n_slots] */
     struct step_sample *samples; /* [n_batch] */
-    int32_t *hist;   /* [n_slots * repeat window] tokens for the new samplers */
+    int32_t *hist;   /* [n_hist] tokens the new samplers have seen */
     int64_t hist_cap;
+    uint8_t *msg;    /* the arrays above packed for the broadcast */
+    size_t msg_cap;
 };
 
 /* ---- slots and the scheduler ------------------------------------------------------------- */
@@ -217,6 +219,7 @@ void serve_sched_free(struct serve_sched *sc) {
     free(sc->st.starts);
     free(sc->st.samples);
     free(sc->st.hist);
+    free(sc->st.msg);
     nm_free(sc->logits);
     pthread_mutex_destroy(&sc->mu);
     pthread_cond_destroy(&sc->cv);
@@ -520,25 +523,42 @@ static void plan_step(struct serve_sched *sc) {
 
 /* ---- every rank: the step's broadcast and its evaluation ---------------------------------- */
 
+/* The step in two broadcasts: the header (its counts size the rest), then the arrays packed
+ * into one message. */
 static void bcast_step(struct serve_sched *sc) {
     struct step *st = &sc->st;
     if (sc->nranks == 1) return;
     struct coll *c = sc->s->coll;
     coll_bcast(c, &st->h, sizeof st->h, 0);
-    const int n = st->h.n_rows;
     if (st->h.stop) return;
-    coll_bcast(c, st->token, (size_t)n * sizeof *st->token, 0);
-    coll_bcast(c, st->pos, (size_t)n * sizeof *st->pos, 0);
-    coll_bcast(c, st->seq, (size_t)n * sizeof *st->seq, 0);
-    coll_bcast(c, st->want, (size_t)n, 0);
-    coll_bcast(c, st->starts, (size_t)st->h.n_starts * sizeof *st->starts, 0);
-    coll_bcast(c, st->samples, (size_t)st->h.n_samples * sizeof *st->samples, 0);
     if (sc->rank != 0 && st->h.n_hist > st->hist_cap) {
         st->hist_cap = st->h.n_hist;
         st->hist = realloc(st->hist, (size_t)st->hist_cap * sizeof *st->hist);
         NM_ASSERT(st->hist);
     }
-    coll_bcast(c, st->hist, (size_t)st->h.n_hist * sizeof *st->hist, 0);
+    const size_t n = (size_t)st->h.n_rows;
+    const struct {
+        void *p;
+        size_t bytes;
+    } f[] = {{st->token, n * sizeof *st->token},
+             {st->pos, n * sizeof *st->pos},
+             {st->seq, n * sizeof *st->seq},
+             {st->want, n},
+             {st->starts, (size_t)st->h.n_starts * sizeof *st->starts},
+             {st->samples, (size_t)st->h.n_samples * sizeof *st->samples},
+             {st->hist, (size_t)st->h.n_hist * sizeof *st->hist}};
+    size_t total = 0;
+    for (size_t i = 0; i < NM_ARRAY_LEN(f); i++) total += f[i].bytes;
+    if (total > st->msg_cap) {
+        st->msg_cap = NM_MAX(total, 2 * st->msg_cap);
+        st->msg = realloc(st->msg, st->msg_cap);
+        NM_ASSERT(st->msg);
+    }
+    for (size_t i = 0, at = 0; sc->rank == 0 && i < NM_ARRAY_LEN(f); at += f[i].bytes, i++)
+        if (f[i].bytes) memcpy(st->msg + at, f[i].p, f[i].bytes);
+    coll_bcast(c, st->msg, total, 0);
+    for (size_t i = 0, at = 0; sc->rank != 0 && i < NM_ARRAY_LEN(f); at += f[i].bytes, i++)
+        if (f[i].bytes) memcpy(f[i].p, st->msg + at, f[i].bytes);
 }
 
 /* New requests' slots: the cache keeps the reused prefix, the sampler starts over. */

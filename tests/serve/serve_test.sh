@@ -4,7 +4,7 @@
 # endpoints and their shapes (completions and chat, streaming and not, usage, stop strings held
 # back across token borders, token-id prompts, /tokenize, /detokenize, /v1/models, /metrics,
 # /health), the errors (400, 401, 404, 503 with Retry-After when the queue is full), greedy
-# results of 12 concurrent requests equal to each alone (batch invariance), a client that goes
+# results of 16 concurrent requests equal to each alone (batch invariance), a client that goes
 # away freeing its slot, and a clean exit on SIGTERM. Every request and wait is bounded.
 set -u
 NUMALLM=$1 SRC=$2 WORK=$3 RANKS=$4
@@ -128,21 +128,21 @@ post /v1/completions "{\"prompt\": $LONG}" >/dev/null; expect_status 400 "prompt
 grep -q "slot holds 512 positions" resp || fail "the too-long error does not name the slot size: $(cat resp)"
 curl -s -o resp -w '%{http_code}' --max-time 30 "$URL/v1/nothing" >status; expect_status 404 "unknown route"
 
-# ---- batch invariance: 12 greedy requests at once give each what it gives alone ----
-for i in $(seq 1 12); do
+# ---- batch invariance: 16 greedy requests at once give each what it gives alone ----
+for i in $(seq 1 16); do
   printf '{"prompt": "Request %d asks about %s", "max_tokens": %d, "temperature": 0}' "$i" \
     "$(printf 'x%.0s' $(seq 1 $((i * 3))))" $((6 + i % 5)) >"req$i.json"
   curl -s --max-time 120 -d @"req$i.json" "$URL/v1/completions" | jget 'json.dumps(d["choices"][0]["text"])' >"alone$i.txt"
 done
-for i in $(seq 1 12); do
+for i in $(seq 1 16); do
   (sleep "0.0$((i % 4))"; curl -s --max-time 120 -d @"req$i.json" "$URL/v1/completions" |
     jget 'json.dumps(d["choices"][0]["text"])' >"together$i.txt") &
 done
 wait_jobs() { for j in $(jobs -p); do [ "$j" = "$PID" ] || wait "$j"; done; }
 wait_jobs
-for i in $(seq 1 12); do
+for i in $(seq 1 16); do
   [ -s "alone$i.txt" ] && cmp -s "alone$i.txt" "together$i.txt" ||
-    fail "request $i: alone $(cat "alone$i.txt"), among 12 concurrent $(cat "together$i.txt")"
+    fail "request $i: alone $(cat "alone$i.txt"), among 16 concurrent $(cat "together$i.txt")"
 done
 curl -s --max-time 30 "$URL/metrics" >metrics.txt
 grep -q '^numallm_requests_total ' metrics.txt || fail "/metrics: $(head -5 metrics.txt)"
