@@ -31,6 +31,8 @@ bool cli_default_model(char *path, size_t len, struct pool *pool);
 int cmd_run(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+/* numallm serve (launcher/serve/): an OpenAI-compatible server with continuous batching. */
+int cmd_serve(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 
 #endif

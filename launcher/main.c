@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run        generate text or tokens from a prompt (the default model needs no download)\n"
             "  perplexity score a text (llama.cpp's method and numbers)\n"
+            "  serve      an OpenAI-compatible HTTP server with continuous batching (llama-server's flags)\n"
             "  bench      llama-bench's tests over rank counts, with bandwidth and scaling efficiency\n"
             "  mkmodel    write a synthetic GGUF model with a real model's shapes\n"
             "  tokenize   print the token ids and pieces of a text\n"
@@ -29,6 +30,7 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "perplexity") == 0) return cmd_perplexity(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "mkmodel") == 0) return cmd_mkmodel(argc - 1, argv + 1);
     if (strcmp(cmd, "topo") == 0) return cmd_topo(argc - 1, argv + 1);

@@ -145,6 +145,7 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
     s->coll = coll_init(&co);
     s->rank = coll_rank(s->coll);
     s->nranks = coll_size(s->coll);
+    if (o->on_rank) o->on_rank(o->on_rank_ctx, s->rank);
     run_checks(s, o);
     s->pool = cli_pool((int)o->n_threads);
     const double timeout = coll_timeout(s->coll);
@@ -171,7 +172,7 @@ enum nm_status session_open(struct session *s, const struct session_opts *o, cha
 
 enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
                               size_t errlen) {
-    struct engine_params ep = {.n_ctx = n_ctx, .n_batch = o->n_batch, .kv_type = o->kv_type};
+    struct engine_params ep = {.n_ctx = n_ctx, .n_seq = o->n_seq, .n_batch = o->n_batch, .kv_type = o->kv_type};
     enum nm_status st = NM_OK;
     const double timeout = coll_timeout(s->coll);
     coll_set_timeout(s->coll, 600); /* the other ranks wait while rank 0's stage uploads its weights */

@@ -17,8 +17,13 @@ struct session_opts {
     const char *model;   /* resolved by session_launch (the default model when -m is absent) */
     long long n_threads; /* 0: every allowed CPU */
     int n_batch;
+    int n_seq;           /* sequences the engine holds (serve's -np); 0: one */
     enum dtype kv_type;
     bool strict;         /* --strict: a failed start-up check or a downgrade is an error */
+    /* Optional: called by session_open with this process's rank once the collectives are up,
+     * before the model loads (serve starts its HTTP listener there, to answer while loading). */
+    void (*on_rank)(void *ctx, int rank);
+    void *on_rank_ctx;
     struct launch_decision launch; /* filled by session_launch */
 };
 
@@ -43,7 +48,7 @@ int session_launch(struct launch_request *req, struct session_opts *so);
 /* Start collectives and threads, load this rank's shard and the tokenizer (a file without a
  * usable vocabulary only warns: token ids still work). Prints the model and the shard. */
 enum nm_status session_open(struct session *s, const struct session_opts *o, char *err, size_t errlen);
-/* Create the engine with a KV cache of n_ctx tokens. With -ngl, rank 0 opens the GPU stage for
+/* Create the engine with a KV cache of n_ctx tokens (divided among o->n_seq sequences). With -ngl, rank 0 opens the GPU stage for
  * the layers after the CPU ranks' (in this process, or on the GPU rank). */
 enum nm_status session_engine(struct session *s, const struct session_opts *o, int64_t n_ctx, char *err,
                               size_t errlen);

@@ -13,10 +13,12 @@ deps_only=0
 # Required to build and test: the compiler and build tools; Open MPI (several ranks per machine,
 # and mpirun, which starts them); libnuma + numactl (memory on a rank's own node); hwloc (the
 # machine's topology, for the rank plan); Python with numpy and regex (the independent reference
-# implementation the tests check the engine against, and the tokenizer's pre-tokenizer test).
+# implementation the tests check the engine against, and the tokenizer's pre-tokenizer test);
+# libmicrohttpd and jansson (numallm serve's HTTP and JSON); curl (the server's end-to-end tests).
 required=(build-essential cmake ninja-build pkg-config
           libopenmpi-dev openmpi-bin libnuma-dev numactl libhwloc-dev hwloc
-          python3 python3-numpy python3-regex)
+          python3 python3-numpy python3-regex
+          libmicrohttpd-dev libjansson-dev curl)
 # Wanted, but numallm builds, runs and tests without them (CMake's "optional parts" line says
 # what was left out, and the tests that need them are reported as skipped): oneDNN (a matmul
 # candidate; found by its library and header, so its CMake package's OpenCL dependency is not

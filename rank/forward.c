@@ -1,5 +1,5 @@
-/* The forward pass (see forward.h), written to be read top to bottom: engine_eval -> eval_chunk
- * -> attention block and FFN block per layer -> output head. */
+/* The forward pass (see forward.h), written to be read top to bottom: engine_eval_batch ->
+ * eval_batch -> attention block and FFN block per layer -> output head. */
 #define _GNU_SOURCE /* CPU sets: the oneDNN threads' affinity */
 #include "forward.h"
 
@@ -16,6 +16,15 @@
 #include "ops.h"
 #include "sampler.h"
 
+/* A piece of a batch's attention: rows row0 .. row0+n-1, all of sequence seq, at positions
+ * pos0 .. pos0+n-1. */
+struct attn_item {
+    int row0, n;
+    int32_t seq;
+    int64_t pos0;
+    bool alone; /* the sequence's only row in the batch (decode): the one-query kernel */
+};
+
 struct engine {
     const struct model *m;
     struct pool *pool;
@@ -27,7 +36,9 @@ struct engine {
     int64_t n_head_l, n_head_kv_l, n_ff_l, n_vocab_l, wo_k, wo_off;
     size_t *vocab_bytes; /* [nranks] bytes of every rank's logits slice (all on rank 0 with -ngl) */
     int n_batch;
-    int64_t n_past;
+    int n_seq;
+    int64_t *seq_pos;   /* [n_seq] positions each sequence holds (engine_seq_pos) */
+    uint8_t *seq_seen;  /* [n_seq] scratch: the sequence has a row in the batch being checked */
     engine_layer_hook hook;
     void *hook_ctx;
     struct pipeline_stage stage; /* rank 0 with the head on the GPU rank: the layers after ours */
@@ -36,7 +47,17 @@ struct engine {
     bool onednn_widen; /* the pool is bound: give oneDNN's threads all its cores (onednn_cpus) */
     cpu_set_t onednn_cpus;
 
-    /* Scratch for one chunk of up to n_batch tokens (rows). */
+    /* The batch being evaluated and its attention work: a sequence's run of adjacent rows is one
+     * item when it is a single row (decode), else blocks of ATTN_Q_BLOCK of its rows. */
+    const struct engine_batch *b;
+    struct attn_item *attn_items; /* [n_batch] */
+    int n_attn_items;
+    /* engine_eval's batches: one sequence's rows. */
+    int64_t *eval_pos;  /* [n_batch] */
+    int32_t *eval_seq;  /* [n_batch] zeros */
+    bool *eval_logits;  /* [n_batch] */
+
+    /* Scratch for one batch of up to n_batch rows. */
     float *x;        /* [n_batch][n_embd] residual stream */
     float *xn;       /* [n_batch][n_embd] normalized input of a block */
     float *q;        /* [n_batch][n_head_l * head_dim] */
@@ -114,6 +135,30 @@ static void engine_onednn_init(struct engine *e, struct pool *pool) {
                                 : "the F32 prompt matmuls where it measured faster (NM_ONEDNN=0: numallm's kernels)");
 }
 
+/* Several sequences share batches, so a row's bits must not depend on how many rows come with
+ * it (forward.h, batch invariance). Two paths would break that and stay off: oneDNN (its
+ * blocking depends on the row count; engine_onednn_init is not called) and the AMX-BF16 tiles of
+ * F16/BF16 weights, which round activations to bf16 from kern_matmul_amx_min_m rows on while the
+ * VNNI kernel keeps them f32. With such weights on an AMX machine every matmul takes the VNNI
+ * kernels (the int8 tiles would give the same bits, but the choice is one for the process). */
+static void engine_keep_rows_invariant(struct engine *e) {
+    bool pair16 = false;
+    for (int64_t il = 0; il < e->m->n_layer_local && !pair16; il++) {
+        const struct layer_weights *L = &e->m->layers[il];
+        const struct weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < NM_ARRAY_LEN(ws); i++) pair16 |= ws[i]->layout == WEIGHT_LAYOUT_F_PAIR16;
+        for (int64_t x = 0; x < e->m->cfg.n_expert; x++)
+            pair16 |= L->gate_exps[x].layout == WEIGHT_LAYOUT_F_PAIR16 || L->up_exps[x].layout == WEIGHT_LAYOUT_F_PAIR16 ||
+                      L->down_exps[x].layout == WEIGHT_LAYOUT_F_PAIR16;
+    }
+    pair16 |= !e->m->head_remote && e->m->output.layout == WEIGHT_LAYOUT_F_PAIR16;
+    if (pair16 && kern_amx_available()) {
+        kern_matmul_force_path(KERN_PATH_VNNI);
+        nm_log_warn("several sequences with F16/BF16 weights: the AVX-512 VNNI kernels for every matmul, since the "
+                    "AMX-BF16 tiles would make a row's bits depend on the rows batched with it");
+    }
+}
+
 /* A prompt matmul through oneDNN; false (said once, then numallm's kernels for good) when it
  * refuses or fails. Its OpenMP threads inherit the calling thread's CPU set when they start,
  * and the caller (pool worker 0) is bound to one core: widen it to the pool's cores for the call. */
@@ -137,20 +182,36 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     *out = NULL;
     NM_ASSERT(coll_size(coll) == sh->nranks && coll_rank(coll) == sh->rank);
     int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : c->n_ctx_train;
+    const int n_seq = p->n_seq > 0 ? p->n_seq : 1;
     if (n_ctx < 1 || n_ctx > (int64_t)1 << 24)
         return nm_errf(err, errlen, NM_ERR_ARGS, "context size %lld; allowed are 1..16777216", (long long)n_ctx);
     if (p->n_batch < 1)
         return nm_errf(err, errlen, NM_ERR_ARGS, "batch size %d; it must be >= 1", p->n_batch);
+    if (n_seq > 4096 || n_seq > n_ctx)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "%d sequences in a context of %lld positions; allowed are 1..%lld",
+                       n_seq, (long long)n_ctx, (long long)NM_MIN(n_ctx, 4096));
     if (m->head_remote && sh->rank == 0 && !p->stage.ops)
         return nm_errf(err, errlen, NM_ERR_ARGS, "the model's last layers belong to a GPU stage, but none was given");
+    if (m->head_remote && n_seq > 1)
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "the GPU stage (-ngl) holds one sequence; %d were asked for "
+                       "(use -np 1, or -ngl 0)", n_seq);
     struct engine *e = calloc(1, sizeof *e);
     NM_ASSERT(e);
     e->stage = p->stage;
     e->m = m;
-    engine_onednn_init(e, pool);
+    e->n_seq = n_seq;
+    if (n_seq == 1) engine_onednn_init(e, pool);
+    else engine_keep_rows_invariant(e);
     e->pool = pool;
     e->coll = coll;
     e->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
+    e->seq_pos = calloc((size_t)n_seq, sizeof *e->seq_pos);
+    e->seq_seen = calloc((size_t)n_seq, sizeof *e->seq_seen);
+    e->attn_items = calloc((size_t)e->n_batch, sizeof *e->attn_items);
+    e->eval_pos = calloc((size_t)e->n_batch, sizeof *e->eval_pos);
+    e->eval_seq = calloc((size_t)e->n_batch, sizeof *e->eval_seq);
+    e->eval_logits = calloc((size_t)e->n_batch, sizeof *e->eval_logits);
+    NM_ASSERT(e->seq_pos && e->seq_seen && e->attn_items && e->eval_pos && e->eval_seq && e->eval_logits);
     e->n_head_l = range_len(sh->q_heads);
     e->n_head_kv_l = range_len(sh->kv_heads);
     e->n_ff_l = range_len(sh->ff);
@@ -162,10 +223,16 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     const size_t mine = (size_t)e->n_vocab_l * sizeof(float);
     coll_allgather(coll, &mine, sizeof mine, e->vocab_bytes);
     /* Only the layers this rank computes: the GPU stage keeps its own cache for the others. */
-    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, m->n_layer_local, n_ctx, e->n_head_kv_l * c->head_dim,
+    enum nm_status st = kv_cache_init(&e->kv, p->kv_type, m->n_layer_local, n_ctx, n_seq, e->n_head_kv_l * c->head_dim,
                                       e->n_head_kv_l * c->head_dim_v, err, errlen);
     if (st) {
         free(e->vocab_bytes);
+        free(e->seq_pos);
+        free(e->seq_seen);
+        free(e->attn_items);
+        free(e->eval_pos);
+        free(e->eval_seq);
+        free(e->eval_logits);
         free(e);
         return st;
     }
@@ -195,13 +262,19 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         e->xg = alloc_f32(B * c->n_embd, "expert inputs");
         e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
     }
-    e->scores_stride = (NM_MAX(n_ctx, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
+    e->scores_stride = (NM_MAX(e->kv.n_ctx_seq, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
     e->scores = alloc_f32((int64_t)pool_size(pool) * e->scores_stride, "attention scratch");
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
-    nm_log_info("KV cache: %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB", (long long)n_ctx,
-                (long long)m->n_layer_local, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
-                (double)e->kv.bytes / (1 << 20));
+    if (n_seq == 1)
+        nm_log_info("KV cache: %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB", (long long)e->kv.n_ctx,
+                    (long long)m->n_layer_local, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
+                    (double)e->kv.bytes / (1 << 20));
+    else
+        nm_log_info("KV cache: %lld sequences x %lld tokens x %lld layers x %lld KV heads, %s, %.1f MiB in one "
+                    "allocation (%.2f MiB per sequence)", (long long)n_seq, (long long)e->kv.n_ctx_seq,
+                    (long long)m->n_layer_local, (long long)e->n_head_kv_l, p->kv_type == DTYPE_F16 ? "f16" : "f32",
+                    (double)e->kv.bytes / (1 << 20), (double)e->kv.bytes / (1 << 20) / (double)n_seq);
     *out = e;
     return NM_OK;
 }
@@ -213,6 +286,12 @@ void engine_free(struct engine *e) {
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores,
                      e->router, e->exp_w, e->xg};
     for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) nm_free(bufs[i]);
+    free(e->seq_pos);
+    free(e->seq_seen);
+    free(e->attn_items);
+    free(e->eval_pos);
+    free(e->eval_seq);
+    free(e->eval_logits);
     nm_free(e->exp_tok);
     nm_free(e->exp_n);
     nm_free(e->exp_sel);
@@ -249,14 +328,21 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
     return sampler_sample_candidates(smp, e->coll, ids, vals, k);
 }
 
-int64_t engine_n_past(const struct engine *e) { return e->n_past; }
-int64_t engine_n_ctx(const struct engine *e) { return e->kv.n_ctx; }
-const struct kv_cache *engine_kv(const struct engine *e) { return &e->kv; }
-void engine_truncate(struct engine *e, int64_t n_past) {
-    NM_ASSERT(n_past >= 0 && n_past <= e->n_past);
-    e->n_past = n_past;
-    if (e->stage.ops) e->stage.ops->truncate(e->stage.ctx, n_past);
+int engine_n_seq(const struct engine *e) { return e->n_seq; }
+int64_t engine_n_ctx(const struct engine *e) { return e->kv.n_ctx_seq; }
+int64_t engine_seq_pos(const struct engine *e, int seq) {
+    NM_ASSERT(seq >= 0 && seq < e->n_seq);
+    return e->seq_pos[seq];
 }
+void engine_seq_keep(struct engine *e, int seq, int64_t n) {
+    NM_ASSERT(seq >= 0 && seq < e->n_seq && n >= 0 && n <= e->seq_pos[seq]);
+    e->seq_pos[seq] = n; /* the cells after n are rewritten before any row reads them */
+    if (e->stage.ops) e->stage.ops->truncate(e->stage.ctx, n); /* one sequence with a stage */
+}
+void engine_seq_clear(struct engine *e, int seq) { engine_seq_keep(e, seq, 0); }
+int64_t engine_n_past(const struct engine *e) { return engine_seq_pos(e, 0); }
+void engine_truncate(struct engine *e, int64_t n_past) { engine_seq_keep(e, 0, n_past); }
+const struct kv_cache *engine_kv(const struct engine *e) { return &e->kv; }
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) {
     e->hook = hook;
     e->hook_ctx = ctx;
@@ -420,18 +506,29 @@ static void add_bias(float *y, const float *b, int n, int64_t dim) {
 
 /* ---- attention ------------------------------------------------------------------------- */
 
+/* The batch's attention work (e->attn_items): each sequence's run of adjacent rows is one item
+ * when it is a single row (decode: op_attention_head), else blocks of ATTN_Q_BLOCK consecutive
+ * queries (op_attention_queries: the kernel's block, enough to reuse every K/V value loaded, few
+ * enough for several items per thread). Made once per batch; every layer uses it. */
+static void attn_plan(struct engine *e) {
+    const struct engine_batch *b = e->b;
+    e->n_attn_items = 0;
+    for (int r0 = 0, r1; r0 < b->n; r0 = r1) {
+        for (r1 = r0 + 1; r1 < b->n && b->seq[r1] == b->seq[r0];) r1++;
+        for (int i0 = r0; i0 < r1; i0 += ATTN_Q_BLOCK)
+            e->attn_items[e->n_attn_items++] = (struct attn_item){
+                .row0 = i0, .n = NM_MIN(ATTN_Q_BLOCK, r1 - i0), .seq = b->seq[r0], .pos0 = b->pos[i0], .alone = r1 - r0 == 1};
+    }
+}
+
 struct attn_job {
     struct engine *e;
     int layer;
-    int n;        /* tokens in the chunk */
-    int64_t pos0; /* position of the first */
 };
 
-/* Token i attends to positions 0 .. pos0+i. Decode (one token): one local head per work item,
- * op_attention_head. Prompts: ATTN_Q_BLOCK consecutive queries of one head per work item (the
- * kernel's block: enough to reuse every K/V value loaded, few enough for several items per thread),
- * op_attention_queries (flash-style: key blocks with an online softmax, no score matrix); items
- * are dealt round-robin, since later queries see more keys. */
+/* Row i of sequence s at position p attends to positions 0 .. p of s's region of the KV cache.
+ * Work items are (attention item, local head) pairs, dealt round-robin (later queries see more
+ * keys). op_attention_queries is flash-style: key blocks with an online softmax, no score matrix. */
 static void attn_worker(void *ctx, int ith, int nth) {
     const struct attn_job *j = ctx;
     struct engine *e = j->e;
@@ -441,28 +538,27 @@ static void attn_worker(void *ctx, int ith, int nth) {
     const size_t es = e->kv.type == DTYPE_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scratch = e->scores + (int64_t)ith * e->scores_stride;
-    const long q_blocks = j->n == 1 ? 1 : (j->n + ATTN_Q_BLOCK - 1) / ATTN_Q_BLOCK;
-    for (long item = ith; item < q_blocks * nh; item += nth) {
+    for (long item = ith; item < (long)e->n_attn_items * nh; item += nth) {
+        const struct attn_item *it = &e->attn_items[item / nh];
         const int64_t h = item % nh;                                         /* local query head */
         const int64_t hk = (sh->q_heads.begin + h) / group - sh->kv_heads.begin; /* local KV head */
-        const int i0 = (int)(item / nh) * ATTN_Q_BLOCK, n_q = NM_MIN(ATTN_Q_BLOCK, j->n - i0);
-        const float *q = e->q + (int64_t)i0 * nh * hd + h * hd;
-        float *out = e->att + (int64_t)i0 * e->wo_k + e->wo_off + h * hdv;
-        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, 0) + (size_t)(hk * hd) * es;
-        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, 0) + (size_t)(hk * hdv) * es;
-        if (j->n == 1)
-            op_attention_head(out, q, k0, v0, e->kv.type, j->pos0 + 1, e->kv.k_row, e->kv.v_row, hd, hdv, scale,
+        const float *q = e->q + (int64_t)it->row0 * nh * hd + h * hd;
+        float *out = e->att + (int64_t)it->row0 * e->wo_k + e->wo_off + h * hdv;
+        const int64_t cell0 = kv_cell(&e->kv, it->seq, 0); /* the sequence's position 0 */
+        const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, cell0) + (size_t)(hk * hd) * es;
+        const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, cell0) + (size_t)(hk * hdv) * es;
+        if (it->alone)
+            op_attention_head(out, q, k0, v0, e->kv.type, it->pos0 + 1, e->kv.k_row, e->kv.v_row, hd, hdv, scale,
                               scratch);
         else
-            op_attention_queries(out, e->wo_k, q, nh * hd, n_q, j->pos0 + i0, k0, v0, e->kv.type, e->kv.k_row,
+            op_attention_queries(out, e->wo_k, q, nh * hd, it->n, it->pos0, k0, v0, e->kv.type, e->kv.k_row,
                                  e->kv.v_row, hd, hdv, scale, scratch);
     }
 }
 
-/* Per token: Q/K norms (qwen3), RoPE, and K, V into the cache at the token's position. */
+/* Per row: Q/K norms (qwen3), RoPE, and K, V into the cache at the row's sequence and position. */
 struct rope_arg {
     int il;
-    int64_t pos0;
 };
 static void rope_fn(struct engine *e, const void *arg, int lo, int hi) {
     const struct rope_arg *a = arg;
@@ -482,15 +578,16 @@ static void rope_fn(struct engine *e, const void *arg, int lo, int hi) {
             if (L->k_norm) op_rmsnorm(k + h * c->head_dim, k + h * c->head_dim, L->k_norm, c->head_dim, c->rms_eps);
             op_rope(k + h * c->head_dim, cs, c->n_rot, neox);
         }
-        op_store_kv(kv_k(&e->kv, a->il, a->pos0 + i), k, kd, e->kv.type);
-        op_store_kv(kv_v(&e->kv, a->il, a->pos0 + i), e->v + i * vd, vd, e->kv.type);
+        const int64_t cell = kv_cell(&e->kv, e->b->seq[i], e->b->pos[i]);
+        op_store_kv(kv_k(&e->kv, a->il, cell), k, kd, e->kv.type);
+        op_store_kv(kv_v(&e->kv, a->il, cell), e->v + i * vd, vd, e->kv.type);
     }
 }
 
-/* x += attn_output(attention(rope(q), rope(k), v)) for the chunk; xn holds attn_norm(x).
- * Q, K, V are column-parallel (this rank's heads); attn_output is row-parallel: each rank
- * multiplies its heads' columns and the allreduce sums the partial outputs. */
-static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
+/* x += attn_output(attention(rope(q), rope(k), v)) for the batch's n rows; xn holds
+ * attn_norm(x). Q, K, V are column-parallel (this rank's heads); attn_output is row-parallel:
+ * each rank multiplies its heads' columns and the allreduce sums the partial outputs. */
+static void attention_block(struct engine *e, int il, int n) {
     const struct model_config *c = &e->m->cfg;
     const struct layer_weights *L = &e->m->layers[il];
     const int64_t qd = e->n_head_l * c->head_dim, kd = e->n_head_kv_l * c->head_dim,
@@ -504,10 +601,10 @@ static void attention_block(struct engine *e, int il, int n, int64_t pos0) {
     add_bias(e->k, L->bk, n, kd);
     add_bias(e->v, L->bv, n, vd);
 
-    const struct rope_arg ra = {.il = il, .pos0 = pos0};
+    const struct rope_arg ra = {.il = il};
     run_rows(e, rope_fn, &ra, n, qd + kd);
 
-    struct attn_job job = {.e = e, .layer = il, .n = n, .pos0 = pos0};
+    struct attn_job job = {.e = e, .layer = il};
     const uint64_t t0 = phase_begin();
     pool_run(e->pool, attn_worker, &job);
     phase_end(e, ENGINE_PH_ATTN, t0);
@@ -604,64 +701,139 @@ static void hook(struct engine *e, int layer, int64_t pos0, const float *x, int 
     if (e->hook) e->hook(e->hook_ctx, layer, pos0, x, n, e->m->cfg.n_embd);
 }
 
-/* One chunk of n <= n_batch tokens at positions pos0 .. pos0+n-1. The output head runs when
- * logits is not NULL: on every row when logits_all, else on the last. */
-static void eval_chunk(struct engine *e, const int32_t *tokens, int n, int64_t pos0, bool logits_all, float *logits) {
+/* Move the rows of xn that asked for logits to its front, in order; returns how many. */
+static int head_rows(struct engine *e) {
+    const struct engine_batch *b = e->b;
+    const int64_t E = e->m->cfg.n_embd;
+    int n_out = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (!b->logits[i]) continue;
+        if (n_out != i) memcpy(e->xn + (int64_t)n_out * E, e->xn + (int64_t)i * E, (size_t)E * sizeof(float));
+        n_out++;
+    }
+    return n_out;
+}
+
+static bool any_logits(const struct engine_batch *b) {
+    for (int i = 0; i < b->n; i++)
+        if (b->logits[i]) return true;
+    return false;
+}
+
+/* The batch e->b (checked): every layer over all its rows, then the output head over the rows
+ * that asked for logits. */
+static void eval_batch(struct engine *e, float *logits) {
+    const struct engine_batch *b = e->b;
     const struct model *m = e->m;
     const struct model_config *c = &m->cfg;
     const int64_t E = c->n_embd;
+    const int n = b->n;
 
     for (int i = 0; i < n; i++) {
-        model_embed_row(m, tokens[i], e->x + i * E);
-        op_rope_cache(e->rope + (int64_t)i * c->n_rot, pos0 + i, c->n_rot, c->rope_freq_base, c->rope_freq_scale,
+        model_embed_row(m, b->token[i], e->x + i * E);
+        op_rope_cache(e->rope + (int64_t)i * c->n_rot, b->pos[i], c->n_rot, c->rope_freq_base, c->rope_freq_scale,
                       m->rope_freqs);
     }
-    hook(e, -1, pos0, e->x, n);
+    attn_plan(e);
+    hook(e, -1, b->pos[0], e->x, n);
 
     for (int il = 0; il < m->n_layer_local; il++) {
         const struct layer_weights *L = &m->layers[il];
         norm_rows(e, e->xn, e->x, L->attn_norm, n, E, c->rms_eps);
-        attention_block(e, il, n, pos0);
+        attention_block(e, il, n);
         norm_rows(e, e->xn, e->x, L->ffn_norm, n, E, c->rms_eps);
         if (c->n_expert > 0) moe_block(e, il, n);
         else ffn_block(e, il, n);
-        hook(e, il, pos0, e->x, n);
+        hook(e, il, b->pos[0], e->x, n);
     }
 
     if (m->head_remote) { /* the GPU rank's layers and head; rank 0 alone talks to it */
+        /* One sequence (engine_init), logits for every row or the last only (engine_eval_batch). */
+        const bool all = b->logits[0];
         char err[512];
         const uint64_t t0 = phase_begin();
-        if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, e->x, n, pos0, logits_all, logits, err, sizeof err))
+        if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, e->x, n, b->pos[0], all, b->logits[n - 1] ? logits : NULL,
+                                               err, sizeof err))
             nm_fatal("%s", err);
         phase_end(e, ENGINE_PH_STAGE, t0);
         return;
     }
-    if (!logits && !e->hook) return;
+    if (!any_logits(b) && !e->hook) return;
     /* The head's norm and matmul count as the head, not as layer work. */
     double layers[ENGINE_PH_N];
     memcpy(layers, e->t_phase, sizeof layers);
     const uint64_t t0 = phase_begin();
     norm_rows(e, e->xn, e->x, m->output_norm, n, E, c->rms_eps);
-    hook(e, c->n_layer, pos0, e->xn, n);
-    if (logits) {
-        const int first = logits_all ? 0 : n - 1, rows = n - first;
-        struct act out = act_of(e, e->xn + (int64_t)first * E, rows, E);
+    hook(e, c->n_layer, b->pos[0], e->xn, n);
+    const int rows = head_rows(e);
+    if (rows > 0) {
+        struct act out = act_of(e, e->xn, rows, E);
         matmul(e, &m->output, &out, logits);
         add_bias(logits, m->output_bias, rows, e->n_vocab_l);
     }
     memcpy(e->t_phase, layers, sizeof layers);
     phase_end(e, ENGINE_PH_HEAD, t0);
+}
 
+/* The batch rules of forward.h, checked before anything changes. */
+static enum nm_status batch_check(struct engine *e, const struct engine_batch *b, float *logits, char *err,
+                                  size_t errlen) {
+    const int64_t n_vocab = e->m->cfg.n_vocab;
+    if (b->n < 1 || b->n > e->n_batch)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "a batch of %d rows; allowed are 1..%d (the batch size)", b->n,
+                       e->n_batch);
+    memset(e->seq_seen, 0, (size_t)e->n_seq);
+    int n_out = 0;
+    enum nm_status st = NM_OK;
+    for (int i = 0; i < b->n && !st; i++) {
+        const int32_t s = b->seq[i];
+        const bool continues = i > 0 && b->seq[i - 1] == s;
+        n_out += b->logits[i];
+        if (b->token[i] < 0 || b->token[i] >= n_vocab)
+            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: token id %d is outside the vocabulary 0..%lld", i,
+                         b->token[i], (long long)n_vocab - 1);
+        else if (s < 0 || s >= e->n_seq)
+            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: sequence %d; the engine holds 0..%d", i, s, e->n_seq - 1);
+        else if (!continues && e->seq_seen[s])
+            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: the rows of sequence %d are not adjacent", i, s);
+        else if (b->pos[i] != (continues ? b->pos[i - 1] + 1 : e->seq_pos[s]))
+            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: position %lld of sequence %d; the next one is %lld", i,
+                         (long long)b->pos[i], s, (long long)(continues ? b->pos[i - 1] + 1 : e->seq_pos[s]));
+        else if (b->pos[i] >= e->kv.n_ctx_seq)
+            st = nm_errf(err, errlen, NM_ERR_ARGS,
+                         "row %d: position %lld of sequence %d does not fit in its context of %lld positions (raise -c)",
+                         i, (long long)b->pos[i], s, (long long)e->kv.n_ctx_seq);
+        else
+            e->seq_seen[s] = 1;
+    }
+    if (st) return st;
+    if (n_out > 0 && !logits && !e->m->head_remote) /* the stage may keep them (engine_sample) */
+        return nm_errf(err, errlen, NM_ERR_ARGS, "%d rows ask for logits but no buffer was given", n_out);
+    if (e->m->head_remote && n_out != 0 && n_out != b->n && !(n_out == 1 && b->logits[b->n - 1]))
+        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "with the GPU stage (-ngl) a batch asks for the logits of "
+                       "every row or of the last only");
+    return NM_OK;
+}
+
+enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b, float *logits, char *err,
+                                 size_t errlen) {
+    enum nm_status st = batch_check(e, b, logits, err, errlen);
+    if (st) return st;
+    e->b = b;
+    eval_batch(e, logits);
+    e->b = NULL;
+    for (int i = 0; i < b->n; i++) e->seq_pos[b->seq[i]] = b->pos[i] + 1;
+    return NM_OK;
 }
 
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen) {
     const struct model_config *c = &e->m->cfg;
     if (n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "no tokens to evaluate");
-    if (e->n_past + n > e->kv.n_ctx)
+    if (e->seq_pos[0] + n > e->kv.n_ctx_seq)
         return nm_errf(err, errlen, NM_ERR_ARGS,
                        "%lld tokens at position %lld do not fit in the context of %lld tokens (raise -c)", (long long)n,
-                       (long long)e->n_past, (long long)e->kv.n_ctx);
+                       (long long)e->seq_pos[0], (long long)e->kv.n_ctx_seq);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->n_vocab)
             return nm_errf(err, errlen, NM_ERR_ARGS, "token id %d at index %d is outside the vocabulary 0..%lld",
@@ -669,10 +841,16 @@ enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool 
     for (int done = 0; done < n;) {
         const int chunk = NM_MIN(e->n_batch, n - done);
         const bool last = done + chunk == n;
-        /* Only the final chunk produces logits unless every position's are wanted. */
+        for (int i = 0; i < chunk; i++) {
+            e->eval_pos[i] = e->seq_pos[0] + i;
+            /* Only the final chunk's last row produces logits unless every position's are wanted. */
+            e->eval_logits[i] = logits_all || (last && i == chunk - 1);
+        }
+        const struct engine_batch b = {.n = chunk, .token = tokens + done, .pos = e->eval_pos, .seq = e->eval_seq,
+                                       .logits = e->eval_logits};
         float *dst = logits_all ? logits + (int64_t)done * e->n_vocab_l : last ? logits : NULL;
-        eval_chunk(e, tokens + done, chunk, e->n_past, logits_all, dst);
-        e->n_past += chunk;
+        enum nm_status st = engine_eval_batch(e, &b, dst, err, errlen);
+        NM_ASSERT(st == NM_OK); /* checked above */
         done += chunk;
     }
     return NM_OK;

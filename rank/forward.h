@@ -1,8 +1,22 @@
-/* The forward pass of one rank: a chunk of tokens in, this rank's slice of the logits out, the
- * KV cache (this rank's KV heads only) appended. Prompts run as matrices in chunks of n_batch
- * tokens; decode is the same path with one token. Every rank calls engine_eval with the same
- * tokens; the residual stream is replicated and bit-identical on every rank, kept so by the two
- * allreduces per layer (after attn_output and after ffn_down). */
+/* The forward pass of one rank: a batch of rows in, this rank's slice of their logits out, the
+ * KV cache (this rank's KV heads only) appended. A batch's rows may belong to different
+ * sequences, each at its own position (a server's decode tokens next to chunks of prompts):
+ * every matmul sees all the rows at once, attention runs per sequence over that sequence's own
+ * region of the KV cache. One sequence is the special case that run, perplexity and bench use
+ * (engine_eval). Every rank evaluates the same batches; the residual stream is replicated and
+ * bit-identical on every rank, kept so by the two allreduces per layer (after attn_output and
+ * after ffn_down).
+ *
+ * Batch invariance: a row's logits depend only on its own sequence (its tokens and positions),
+ * never on the other rows of the batch, on the rank count or on the thread count: the kernels
+ * compute each output row with the same arithmetic for every number of rows (see
+ * kern_matmul), attention keeps its per-query arithmetic whatever the block of queries, and
+ * engine_init turns off the paths that would not (oneDNN, AMX-BF16) when it holds several
+ * sequences. One caveat is part of the contract: a sequence's row that is alone in its batch
+ * (decode) runs the one-query attention kernel, while rows that come with others of their
+ * sequence (a prompt chunk) run the blocked prompt kernel; the two need not agree to the
+ * bit. A scheduler that wants the same bits alone and in company cuts prompts into pieces
+ * of 2 or more rows (unless the whole piece is 1 row) and decodes 1 row per step. */
 #ifndef NM_FORWARD_H
 #define NM_FORWARD_H
 
@@ -17,7 +31,9 @@
 struct coll;
 
 struct engine_params {
-    int64_t n_ctx;       /* tokens the KV cache holds; 0 = the model's training context */
+    int64_t n_ctx;       /* positions the KV cache holds in all, divided among n_seq sequences
+                            (llama-server's -c); 0 = the model's training context */
+    int n_seq;           /* sequences held at once, each with n_ctx / n_seq positions; 0 = 1 */
     int n_batch;         /* most tokens per forward chunk (matrix rows); > 0 */
     enum dtype kv_type;  /* DTYPE_F16 or DTYPE_F32 */
     /* With the head on the GPU rank (model->head_remote): rank 0's stage for the layers after
@@ -27,7 +43,7 @@ struct engine_params {
 
 /* Called after each layer of a chunk with the residual stream x[n_tokens][n_embd]:
  * layer -1 after the embedding lookup, 0..n_layer-1 after each block, n_layer after the final
- * norm (result_norm); only for the layers this rank computes (not those of the GPU rank). pos0 is the position of the chunk's first token. */
+ * norm (result_norm); only for the layers this rank computes (not those of the GPU rank). pos0 is the position of the batch's first row. */
 typedef void (*engine_layer_hook)(void *ctx, int layer, int64_t pos0, const float *x, int n_tokens, int64_t n_embd);
 
 struct engine;
@@ -38,10 +54,31 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
                            const struct engine_params *p, char *err, size_t errlen);
 void engine_free(struct engine *e);
 
-/* Evaluate n tokens at positions n_past .. n_past+n-1, then n_past += n. logits receives this
- * rank's vocabulary slice (model->shard.vocab): [n][vocab_local] when logits_all, else
- * [1][vocab_local] for the last token. Fails with NM_ERR_ARGS (no state change) when the tokens
- * do not fit in the context or an id is out of range. Collective. */
+/* A batch of n rows: row i is token[i] at position pos[i] of sequence seq[i]. A sequence's rows
+ * are adjacent in the batch and continue it: the first is at engine_seq_pos(seq), each next one
+ * at the position after. logits[i] asks for row i's logits. */
+struct engine_batch {
+    int n;                 /* rows, 1 .. n_batch */
+    const int32_t *token;  /* [n] token ids */
+    const int64_t *pos;    /* [n] positions in their sequences */
+    const int32_t *seq;    /* [n] sequence ids, 0 .. n_seq-1 */
+    const bool *logits;    /* [n] rows whose logits are wanted */
+};
+
+/* Evaluate a batch; afterwards each of its sequences holds its positions up to its last row's.
+ * logits receives this rank's vocabulary slice (model->shard.vocab) of every row that asked,
+ * in row order: [rows asking][vocab_local]; it may be NULL when no row asks. Fails with
+ * NM_ERR_ARGS and a message naming the row (no state change) when a token id, a sequence id or
+ * a position is wrong, or a position lies beyond its sequence's n_ctx / n_seq. With the GPU stage
+ * (-ngl) the engine holds one sequence, and its rows ask for logits all or only the last.
+ * Collective: every rank passes the same batch. */
+enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b, float *logits, char *err,
+                                 size_t errlen);
+
+/* One sequence (0): evaluate n tokens at positions n_past .. n_past+n-1 in batches of n_batch
+ * rows, then n_past += n. logits receives this rank's vocabulary slice: [n][vocab_local] when
+ * logits_all, else [1][vocab_local] for the last token. Fails with NM_ERR_ARGS (no state
+ * change) when the tokens do not fit in the context or an id is out of range. Collective. */
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen);
 
@@ -54,11 +91,20 @@ struct sampler;
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp);
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local);
 
-int64_t engine_n_past(const struct engine *e);
+/* Sequences the engine holds, and the positions each may hold (n_ctx / n_seq). */
+int engine_n_seq(const struct engine *e);
 int64_t engine_n_ctx(const struct engine *e);
-const struct kv_cache *engine_kv(const struct engine *e);
-/* Forget positions >= n_past (n_past <= current): used to rewind, or 0 to reset. */
+/* Positions sequence seq holds now: the position its next row takes. */
+int64_t engine_seq_pos(const struct engine *e, int seq);
+/* Keep the first n positions of sequence seq (n <= engine_seq_pos), forget the rest: a rewind,
+ * or a prompt that shares its first n tokens with what the sequence holds (prefix reuse). */
+void engine_seq_keep(struct engine *e, int seq, int64_t n);
+/* engine_seq_keep(e, seq, 0): the slot is free for a new sequence. */
+void engine_seq_clear(struct engine *e, int seq);
+/* Sequence 0's engine_seq_pos and engine_seq_keep, for the one-sequence commands. */
+int64_t engine_n_past(const struct engine *e);
 void engine_truncate(struct engine *e, int64_t n_past);
+const struct kv_cache *engine_kv(const struct engine *e);
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx);
 
 /* Collective: assemble full logits rows [rows][n_vocab] on every rank from each rank's slices

@@ -6,10 +6,16 @@
 
 #include "base.h"
 
-enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_layer, int64_t n_ctx, int64_t k_row,
-                             int64_t v_row, char *err, size_t errlen) {
+enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_layer, int64_t n_ctx, int64_t n_seq,
+                             int64_t k_row, int64_t v_row, char *err, size_t errlen) {
     memset(kv, 0, sizeof *kv);
     NM_ASSERT(type == DTYPE_F16 || type == DTYPE_F32);
+    NM_ASSERT(n_seq >= 1);
+    if (n_ctx < n_seq)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "a context of %lld positions cannot be divided among %lld sequences "
+                       "(raise -c to at least -np)", (long long)n_ctx, (long long)n_seq);
+    const int64_t n_ctx_seq = n_ctx / n_seq;
+    n_ctx = n_ctx_seq * n_seq; /* the remainder would belong to no sequence */
     const uint64_t es = type == DTYPE_F16 ? 2 : 4;
     uint64_t kb, vb, per_layer = (uint64_t)n_ctx * es;
     if (nm_mul_overflow_u64(per_layer * (uint64_t)n_layer, (uint64_t)k_row, &kb) ||
@@ -29,6 +35,8 @@ enum nm_status kv_cache_init(struct kv_cache *kv, enum dtype type, int64_t n_lay
     memset(kv->v, 0, vb);
     kv->type = type;
     kv->n_ctx = n_ctx;
+    kv->n_seq = n_seq;
+    kv->n_ctx_seq = n_ctx_seq;
     kv->n_layer = n_layer;
     kv->k_row = k_row;
     kv->v_row = v_row;

@@ -131,18 +131,23 @@ static void softmax_cands(struct cand *c, int64_t n) {
 }
 
 /* Step 1, on each rank's slice: repetition penalty (as llama.cpp: divide positive logits,
- * multiply negative ones), then keep the slice's best candidates: 1 for greedy, top_k when set,
+ * multiply negative ones) and presence/frequency penalties (as llama.cpp and OpenAI: subtract
+ * count * frequency + presence from a token seen count > 0 times), then keep the slice's best candidates: 1 for greedy, top_k when set,
  * else all. Returns the count written to s->cands. */
 static int64_t local_candidates(struct sampler *s, const float *logits, int64_t v0, int64_t n) {
     const struct sampler_params *p = &s->p;
     for (int64_t i = 0; i < n; i++) s->cands[i] = (struct cand){.id = (int32_t)(v0 + i), .logit = logits[i]};
-    if (p->repeat_penalty != 1.0f) {
+    if (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0) {
         for (int r = 0; r < s->n_recent; r++) {
             const int64_t i = s->recent[r] - v0;
             if (i < 0 || i >= n) continue;
             struct cand *c = &s->cands[i];
             if (c->p != 0) continue; /* already penalized: p doubles as a visited mark here */
-            c->logit = c->logit > 0 ? c->logit / p->repeat_penalty : c->logit * p->repeat_penalty;
+            int count = 0;
+            for (int r2 = 0; r2 < s->n_recent; r2++) count += s->recent[r2] == s->recent[r];
+            if (p->repeat_penalty != 1.0f)
+                c->logit = c->logit > 0 ? c->logit / p->repeat_penalty : c->logit * p->repeat_penalty;
+            c->logit -= (float)count * p->frequency_penalty + p->presence_penalty;
             c->p = 1;
         }
     }
@@ -243,6 +248,7 @@ int32_t sampler_sample_candidates(struct sampler *s, struct coll *c, const int32
 }
 
 int sampler_candidates_needed(const struct sampler *s, int max_k) {
+    if (s->p.presence_penalty != 0 || s->p.frequency_penalty != 0) return 0; /* the stage knows only repeat_penalty */
     if (s->p.temp <= 0) return 1;
     if (s->p.top_k > 0 && s->p.top_k <= max_k && s->p.top_k <= s->n_vocab) return s->p.top_k;
     return 0;

@@ -1,4 +1,4 @@
-/* Token sampling from logits: repetition penalty, top-k, top-p, min-p, temperature, then a
+/* Token sampling from logits: repetition, presence and frequency penalties, top-k, top-p, min-p, temperature, then a
  * draw from a seeded generator (the same seed gives the same tokens), or greedy argmax when
  * temp <= 0. The order follows llama.cpp's default chain so settings mean the same.
  *
@@ -19,7 +19,9 @@ struct sampler_params {
     float top_p;          /* >= 1: off */
     float min_p;          /* <= 0: off */
     float repeat_penalty; /* 1: off */
-    int repeat_last_n;    /* how many recent tokens the penalty looks at */
+    int repeat_last_n;    /* how many recent tokens the penalties look at */
+    float presence_penalty;  /* OpenAI's: subtracted once from a token seen among them; 0: off */
+    float frequency_penalty; /* OpenAI's: subtracted per occurrence among them; 0: off */
     uint64_t seed;
 };
 

@@ -58,3 +58,26 @@ else()
   add_test(NAME quant_hub COMMAND sh -c "echo 'skipped: no files in ${NM_QUANT_DATA} (the shared data beside the repository)'; exit 77")
   set_tests_properties(quant_hub PROPERTIES SKIP_RETURN_CODE 77 LABELS model)
 endif()
+
+# Batch invariance (rank/forward.h): 16 sequences batched as a server batches them (arrivals,
+# decode rows next to prompt pieces, batches of 1 to 40 rows) must get every row's logits bit for
+# bit as each sequence alone, and the same greedy tokens; 1 rank (label model) and 2 ranks under
+# mpirun (label tp). Types: the float ones, the packed int8 ones and block types of 32 and 256 values
+# (every type's kernels are checked for the same property in tests/kernels/test_fast.c).
+set(NM_BATCH_TYPES f32 bf16 q8_0 q4_0 q4_k q6_k q5_0 iq4_xs iq2_xxs)
+add_executable(test_batch ${CMAKE_CURRENT_LIST_DIR}/test_batch.c)
+target_link_libraries(test_batch PRIVATE nm_rank)
+foreach(preset tiny-llama tiny-qwen2 tiny-qwen3moe)
+  foreach(type ${NM_BATCH_TYPES})
+    add_test(NAME batch_invariance_${preset}_${type}
+             COMMAND test_batch ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/batch_tests)
+    set_tests_properties(batch_invariance_${preset}_${type} PROPERTIES LABELS model TIMEOUT 300)
+    if(NM_MPIRUN)
+      add_test(NAME batch_invariance_np2_${preset}_${type}
+               COMMAND ${NM_MPIRUN} -np 2 $<TARGET_FILE:test_batch> ${preset} ${type}
+                       ${CMAKE_CURRENT_BINARY_DIR}/batch_tests_np2)
+      set_tests_properties(batch_invariance_np2_${preset}_${type} PROPERTIES LABELS tp PROCESSORS 2 TIMEOUT 300
+                           ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
+    endif()
+  endforeach()
+endforeach()

@@ -1,0 +1,120 @@
+/* Batched decode (rank/forward.h, engine_eval_batch): generation throughput of B sequences that
+ * each decode one row per step, for B = 1, 2, 4, 8, 16, 32, 64: what continuous batching buys a
+ * server. One rank, a synthetic model of a preset and type; each sequence first evaluates a
+ * 64-token prompt, then 32 steps are timed (after 2 of warm-up), greedy sampling included.
+ * Prints one row per B: ms per step, generated tokens per second, and the speed-up over B = 1.
+ *
+ * usage: bench_batch PRESET TYPE DIR [THREADS] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+#include "cpu.h"
+#include "forward.h"
+#include "mkmodel.h"
+#include "model.h"
+#include "sampler.h"
+
+enum { MAX_SEQ = 64, N_PROMPT = 64, N_WARM = 2, N_STEPS = 32 };
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s PRESET TYPE DIR [THREADS]\n", argv[0]);
+        return 2;
+    }
+    const struct mkmodel_preset *preset = mkmodel_find_preset(argv[1]);
+    const int ti = dtype_from_name(argv[2]);
+    if (!preset || ti < 0) {
+        fprintf(stderr, "unknown preset %s or type %s\n", argv[1], argv[2]);
+        return 2;
+    }
+    const int threads = argc > 4 ? atoi(argv[4]) : 2;
+    char path[1024], err[512], cmd[1100];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[3]);
+    snprintf(path, sizeof path, "%s/%s_%s.gguf", argv[3], argv[1], argv[2]);
+    struct pool *pool = pool_init(threads, NULL);
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    struct mkmodel_params mp = {.preset = preset, .type = (enum dtype)ti, .output_type = -1, .seed = 1};
+    if (!f && (system(cmd) != 0 || mkmodel_write(&mp, path, pool, err, sizeof err))) {
+        fprintf(stderr, "mkmodel: %s\n", err);
+        return 1;
+    }
+    struct coll_options co = {.transport = COLL_TRANSPORT_SINGLE, .quiet = true};
+    struct coll *coll = coll_init(&co);
+    struct model *m;
+    struct model_load_params lp = {.rank = 0, .nranks = 1, .pool = pool};
+    if (model_load(path, &lp, &m, err, sizeof err)) {
+        fprintf(stderr, "model_load: %s\n", err);
+        return 1;
+    }
+    const int64_t V = m->cfg.n_vocab;
+    struct engine *e;
+    const struct engine_params ep = {.n_ctx = MAX_SEQ * 128, .n_seq = MAX_SEQ, .n_batch = MAX_SEQ * N_PROMPT,
+                                     .kv_type = DTYPE_F16};
+    if (engine_init(&e, m, pool, coll, &ep, err, sizeof err)) {
+        fprintf(stderr, "engine_init: %s\n", err);
+        return 1;
+    }
+    struct sampler_params sp = sampler_default_params();
+    sp.temp = 0;
+    struct sampler *smp = sampler_init(&sp, V);
+    const int R = MAX_SEQ * N_PROMPT;
+    int32_t *tok = malloc((size_t)R * sizeof *tok), *seq = malloc((size_t)R * sizeof *seq), next[MAX_SEQ];
+    int64_t *pos = malloc((size_t)R * sizeof *pos);
+    bool *want = malloc((size_t)R * sizeof *want);
+    float *logits = malloc((size_t)MAX_SEQ * (size_t)V * sizeof(float));
+    printf("# bench_batch: %s %s, kernels %s, %d threads; %d-token prompts, %d timed decode steps\n", argv[1],
+           argv[2], kern_isa_get()->name, threads, N_PROMPT, N_STEPS);
+    printf("| B (sequences) | ms per step | generated t/s | vs B=1 |\n|---:|---:|---:|---:|\n");
+    double tps1 = 0;
+    for (int B = 1; B <= MAX_SEQ; B *= 2) {
+        for (int s = 0; s < MAX_SEQ; s++) engine_seq_clear(e, s);
+        int n = 0;
+        for (int s = 0; s < B; s++)
+            for (int i = 0; i < N_PROMPT; i++, n++) {
+                tok[n] = (int32_t)((s * 7919 + i * 104729) % V);
+                pos[n] = i;
+                seq[n] = s;
+                want[n] = i == N_PROMPT - 1;
+            }
+        struct engine_batch b = {.n = n, .token = tok, .pos = pos, .seq = seq, .logits = want};
+        if (engine_eval_batch(e, &b, logits, err, sizeof err)) {
+            fprintf(stderr, "prompt: %s\n", err);
+            return 1;
+        }
+        for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
+        double t0 = 0;
+        for (int step = 0; step < N_WARM + N_STEPS; step++) {
+            if (step == N_WARM) t0 = nm_time_s();
+            for (int s = 0; s < B; s++) {
+                tok[s] = next[s];
+                pos[s] = N_PROMPT + step;
+                seq[s] = s;
+                want[s] = true;
+            }
+            b.n = B;
+            if (engine_eval_batch(e, &b, logits, err, sizeof err)) {
+                fprintf(stderr, "decode: %s\n", err);
+                return 1;
+            }
+            for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
+        }
+        const double t = nm_time_s() - t0, tps = (double)B * N_STEPS / t;
+        if (B == 1) tps1 = tps;
+        printf("| %d | %.2f | %.1f | %.2fx |\n", B, 1e3 * t / N_STEPS, tps, tps / tps1);
+        fflush(stdout);
+    }
+    free(tok);
+    free(seq);
+    free(pos);
+    free(want);
+    free(logits);
+    sampler_free(smp);
+    engine_free(e);
+    model_free(m);
+    pool_free(pool);
+    coll_free(coll);
+    return 0;
+}

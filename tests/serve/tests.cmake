@@ -1,0 +1,15 @@
+# numallm serve end to end (tests/serve/serve_test.sh): the real server on a loopback port, a tiny
+# model, curl as the client; 1 rank in-process and 2 ranks under mpirun. Skipped (77) without
+# the shared tokenizer data, curl, or a numallm built with serve.
+add_test(NAME serve_e2e
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/serve_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/np1 1)
+set_tests_properties(serve_e2e PROPERTIES LABELS serve SKIP_RETURN_CODE 77 TIMEOUT 600
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+if(NM_MPIRUN)
+  add_test(NAME serve_e2e_np2
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/serve_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/np2 2 ${NM_MPIRUN})
+  set_tests_properties(serve_e2e_np2 PROPERTIES LABELS "serve;tp" SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2
+                       ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
+endif()
