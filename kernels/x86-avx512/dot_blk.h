@@ -26,9 +26,10 @@
  * an order that depends only on the row length, never on the tile: a (row, activation) pair
  * gets the same bits in any nr x nc call, at any position, and from vec_dot (test_fast checks).
  *
- * Cost per 64 values and activation row (GEMV, one weight row per activation row): vpdpbusd,
- * cvtdq2ps, one mul and one FMA, plus the type's unpack (per weight row) and two lane permutes
- * of the scales; per group one FMA for the offsets and the head. */
+ * Cost per 64 values and weight row in the GEMV tiles (one activation row): one lane permute of
+ * the scales (sc * d_a, formed once per group), vpdpbusd, vcvtdq2ps and one FMA, plus the
+ * type's unpack and (IQ2/IQ3) one masked negation; per group one FMA for the offsets and the
+ * head. GEMM tiles form sc * d_a per step and activation row (the same product, same bits). */
 #ifndef NM_X86_AVX512_DOT_BLK_H
 #define NM_X86_AVX512_DOT_BLK_H
 
@@ -168,14 +169,17 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
         NM_UNROLL for (int r = 0; r < R; r++) {                                                    \
             __mmask64 neg = 0;                                                                     \
             const __m512i u = t##_step(w + (size_t)r * ws + (size_t)g * (gbytes), z, nblk, &neg);  \
-            const __m512 scp = _mm512_permutexvar_ps(_mm512_load_si512(k_blk_half_idx[z]), fsc[r]); \
+            const __m512i hidx = _mm512_load_si512(k_blk_half_idx[z]);                             \
+            const __m512 scp = C == 1 ? _mm512_setzero_ps() : _mm512_permutexvar_ps(hidx, fsc[r]); \
             NM_UNROLL for (int c = 0; c < C; c++) {                                                \
                 const __m512i a = ((flags) & NM_BLK_SIGNS)                                          \
                                       ? _mm512_mask_sub_epi8(aq[c], neg, _mm512_setzero_si512(), aq[c]) \
                                       : aq[c];                                                     \
                 const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a);             \
-                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scp, dap[c]),   \
-                                            acc[r][c]);                                            \
+                /* the same product sc[h] * d_a[b] per lane either way (same bits) */               \
+                const __m512 s = C == 1 ? _mm512_permutexvar_ps(hidx, fsc[r])                       \
+                                        : _mm512_mul_ps(scp, dap[c]);                              \
+                acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, acc[r][c]);                \
             }                                                                                      \
         }                                                                                          \
     }                                                                                              \
@@ -204,6 +208,10 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
                         _mm512_fmadd_ps(foff[r], sh, acc[r][c]);                                   \
                 }                                                                                  \
             }                                                                                      \
+            /* GEMV: sc[h] * d_a[h / 2] once per group, one lane permute per step after that */    \
+            if (C == 1)                                                                            \
+                NM_UNROLL for (int r = 0; r < R; r++) fsc[r] =                                     \
+                    _mm512_mul_ps(fsc[r], nm_blk_halves(_mm512_castps512_ps256(da[0])));           \
             if (nblk == 8) {                                                                       \
                 NM_UNROLL for (int z = 0; z < 4; z++)                                              \
                     t##_zstep(R, C, z, 8, w, ws, x, xs, g, da, fsc, acc);                          \

@@ -7,9 +7,9 @@
  * between Q/K/V and gate/up; the quantization is not timed. One warm-up pass is excluded; the
  * median of the repetitions is reported with min and max. Threads are bound to cpus 0..t-1.
  *
- *   bench_gemv [-t max_threads | -tl T,T,...] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
- * (-t runs every thread count 1..max_threads; -tl only the ones listed, e.g. -tl 2,16)
+ *   bench_gemv [-t max_threads | -t N,N,...] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
  *
+ * -t 16 runs 1, 2, ..., 16 threads; -t 2,16 runs only 2 and 16. -m 0 skips the GEMM.
  * Shapes are K x N: K input features (row length), N output features (rows). */
 #include <inttypes.h>
 #include <stdio.h>
@@ -40,34 +40,35 @@ static const int64_t k_shapes[][2] = {{896, 4864}, {4864, 896},   {2048, 8192},
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
 int main(int argc, char **argv) {
-    int max_threads = 2, reps = 10, m_gemm = 512;
-    const char *types = NULL, *shapes = NULL, *thread_list = NULL;
+    int reps = 10, m_gemm = 512;
+    const char *types = NULL, *shapes = NULL, *threads = "2";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "-t")) max_threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "-tl")) thread_list = argv[i + 1];
+        if (!strcmp(argv[i], "-t")) threads = argv[i + 1];
         else if (!strcmp(argv[i], "-T")) types = argv[i + 1];
         else if (!strcmp(argv[i], "-S")) shapes = argv[i + 1];
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t max_threads | -tl T,...] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t max_threads | -t N,N,...] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
             return 2;
         }
+    }
+    /* the thread counts: 1..N for a single N, else the listed ones */
+    int nths[64], n_nth = 0;
+    if (!strchr(threads, ',')) {
+        const int max_threads = atoi(threads);
+        for (int t = 1; t <= max_threads && n_nth < 64; t++) nths[n_nth++] = t;
+    } else {
+        for (const char *p = threads; *p && n_nth < 64; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+            if (atoi(p) > 0) nths[n_nth++] = atoi(p);
     }
     if (reps < 1) reps = 1;
     const struct kern_isa *isa = kern_isa_get();
     printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
            " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
            isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
-    if (thread_list) {
-        max_threads = 0;
-        for (const char *p = thread_list; *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
-            max_threads = NM_MAX(max_threads, atoi(p));
-    }
-    for (int nth = 1; nth <= max_threads && nth <= 256; nth++) {
-        char nth_s[16];
-        snprintf(nth_s, sizeof nth_s, "%d", nth);
-        if (thread_list && !bench_in_list(thread_list, nth_s)) continue;
+    for (int ni = 0; ni < n_nth; ni++) {
+        const int nth = NM_MIN(nths[ni], 256);
         int cpus[256];
         for (int i = 0; i < nth; i++) cpus[i] = i;
         struct pool *pool = pool_init(nth, cpus);
@@ -101,10 +102,11 @@ int main(int argc, char **argv) {
                 for (int c = 0; c < copies; c++) w[c] = weight_rows(t, k, n, wmem + wbytes * c);
 
                 /* GEMV */
-                float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "bench x");
-                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
-                block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "bench q8");
-                float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "bench y");
+                const int m_rows = NM_MAX(m_gemm, 1);
+                float *x = nm_alloc((size_t)m_rows * k * 4, 64, "bench x");
+                for (int64_t i = 0; i < (int64_t)m_rows * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
+                block_q8x *q8 = nm_alloc(act_q8_bytes(m_rows, k), 64, "bench q8");
+                float *y = nm_alloc((size_t)m_rows * n * 4, 64, "bench y");
                 struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};
                 double *v = calloc((size_t)reps, sizeof(double));
                 for (int c = 0; c < copies; c++) kern_matmul(pool, &w[c], &x1, y, n); /* warm-up */
@@ -117,18 +119,21 @@ int main(int argc, char **argv) {
                 med = bench_median(v, reps, &lo, &hi);
                 const double gbs = wbytes / med, gbs_lo = wbytes / hi, gbs_hi = wbytes / lo;
 
-                /* GEMM */
-                struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
-                const int greps = NM_MAX(1, reps / 3);
-                kern_matmul(pool, &w[0], &xm, y, n); /* warm-up; quantizes once */
-                for (int r = 0; r < greps; r++) {
-                    uint64_t t0 = nm_time_ns();
-                    kern_matmul(pool, &w[0], &xm, y, n);
-                    v[r] = (double)(nm_time_ns() - t0);
+                /* GEMM (-m 0: none, printed as 0) */
+                double gmed = 0.0, gflops = 0.0;
+                if (m_gemm > 0) {
+                    struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
+                    const int greps = NM_MAX(1, reps / 3);
+                    kern_matmul(pool, &w[0], &xm, y, n); /* warm-up; quantizes once */
+                    for (int r = 0; r < greps; r++) {
+                        uint64_t t0 = nm_time_ns();
+                        kern_matmul(pool, &w[0], &xm, y, n);
+                        v[r] = (double)(nm_time_ns() - t0);
+                    }
+                    double glo, ghi;
+                    gmed = bench_median(v, greps, &glo, &ghi);
+                    gflops = 2.0 * m_gemm * (double)n * (double)k / gmed;
                 }
-                double gmed, glo, ghi;
-                gmed = bench_median(v, greps, &glo, &ghi);
-                const double gflops = 2.0 * m_gemm * (double)n * (double)k / gmed;
                 printf("%-7s %-11s %9.1f %9.2f %9.2f %9.2f %6.0f%% | %10.2f %9.1f\n", info->name,
                        shape, med * 1e-3, gbs, gbs_lo, gbs_hi, 100.0 * gbs / stream, gmed * 1e-6, gflops);
                 fflush(stdout);

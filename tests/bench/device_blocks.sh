@@ -20,5 +20,5 @@ grep -E "tests passed|Failed|\*\*\*|worst" "$OUT/ctest_kernels.txt" | tail -40
 grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest_quant_hub.txt" | tail -10
 "$B/numallm" run -m ../shared/data/quant/q-llama-hub-IQ2_M.gguf --tokens 1,2,3 -n 2 2>&1 | grep "layouts" | head -8
 T=q4_0,q4_k,q5_0,q5_1,q2_k,q3_k,iq4_nl,iq4_xs,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s,iq1_s,iq1_m
-timeout ${TB:-300} "$B/bench_gemv" -tl "$TL" -T "$T" -S 4096x14336,14336x4096 -r 5 > "$OUT/bench_gemv.txt" 2>&1
+timeout ${TB:-300} "$B/bench_gemv" -t "$TL" -T "$T" -S 4096x14336,14336x4096 -r 5 > "$OUT/bench_gemv.txt" 2>&1
 cat "$OUT/bench_gemv.txt"
