@@ -288,6 +288,7 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
     float *logits = NULL, *full = NULL;
     struct dump_logits dl = {0};
     struct dump_layers dly = {0};
+    struct dump_routes drt = {0};
     struct gen g = {.s = s, .o = o, .eos = eos_id(s)};
     enum nm_status st = prompt_ids(s, o, &prompt, &n_prompt, err, errlen);
     if (st) goto out;
@@ -308,6 +309,10 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
         if ((st = dump_layers_open(&dly, o->dump_layers, (int)c->n_layer, (int64_t)n_prompt, c->n_embd, err, errlen)))
             goto out;
         engine_set_layer_hook(s->e, dump_layers_hook, &dly);
+        if (c->n_expert > 0) {
+            if ((st = dump_routes_open(&drt, o->dump_layers, err, errlen))) goto out;
+            engine_set_route_hook(s->e, dump_routes_hook, &drt);
+        }
     }
 
     g.smp = sampler_init(&o->sp, c->n_vocab);
@@ -336,6 +341,8 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
     engine_phase_seconds(s->e, g.ph_prompt);
     for (int i = 0; i < ENGINE_PH_N; i++) g.ph_prompt[i] -= ph0[i];
     engine_set_layer_hook(s->e, NULL, NULL);
+    engine_set_route_hook(s->e, NULL, NULL);
+    dump_routes_close(&drt);
     if (dly.files && (st = dump_layers_close(&dly, err, errlen))) goto out;
     if (all) {
         engine_gather_logits(s->e, logits, full, (int)n_prompt);
@@ -356,6 +363,7 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
 out:
     if (dl.fp) dump_logits_close(&dl, NULL, 0);
     if (dly.files) dump_layers_close(&dly, NULL, 0);
+    dump_routes_close(&drt);
     tok_stream_free(g.ts);
     sampler_free(g.smp);
     nm_free(logits);

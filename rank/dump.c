@@ -85,3 +85,23 @@ enum nm_status dump_layers_close(struct dump_layers *d, char *err, size_t errlen
     if (d->status) nm_errf(err, errlen, d->status, "%s", d->err);
     return d->status;
 }
+
+enum nm_status dump_routes_open(struct dump_routes *d, const char *dir, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/routes.txt", dir);
+    d->fp = fopen(path, "w");
+    if (!d->fp) return nm_errf(err, errlen, NM_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    return NM_OK;
+}
+
+void dump_routes_hook(void *ctx, int layer, int64_t pos, const int64_t *experts, int n_used) {
+    struct dump_routes *d = ctx;
+    fprintf(d->fp, "%d %lld", layer, (long long)pos);
+    for (int i = 0; i < n_used; i++) fprintf(d->fp, " %lld", (long long)experts[i]);
+    fputc('\n', d->fp);
+}
+
+void dump_routes_close(struct dump_routes *d) {
+    if (d->fp) fclose(d->fp);
+    d->fp = NULL;
+}

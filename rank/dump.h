@@ -8,7 +8,9 @@
  *   DIR/embd.bin (after the embedding lookup), DIR/blk.N.bin (after block N),
  *   DIR/result_norm.bin (after the output norm), each:
  *   char magic[4] = "NMLY"; uint32 version = 1; uint32 n_tokens; uint32 n_embd;
- *   float32 x[n_tokens][n_embd]. */
+ *   float32 x[n_tokens][n_embd].
+ * Routes (qwen3moe, with --dump-layers): DIR/routes.txt, a line per MoE layer and prompt token,
+ *   "layer pos e1 e2 ..." (the experts the router chose, in the order chosen). */
 #ifndef NM_DUMP_H
 #define NM_DUMP_H
 
@@ -44,5 +46,14 @@ enum nm_status dump_layers_open(struct dump_layers *d, const char *dir, int n_la
 /* An engine_layer_hook (ctx = struct dump_layers *). */
 void dump_layers_hook(void *ctx, int layer, int64_t pos0, const float *x, int n_tokens, int64_t n_embd);
 enum nm_status dump_layers_close(struct dump_layers *d, char *err, size_t errlen);
+
+/* The router's choices as text (see above). open: NM_ERR_IO with a message on failure. */
+struct dump_routes {
+    FILE *fp;
+};
+enum nm_status dump_routes_open(struct dump_routes *d, const char *dir, char *err, size_t errlen);
+/* An engine_route_hook (forward.h) with ctx = struct dump_routes *. */
+void dump_routes_hook(void *ctx, int layer, int64_t pos, const int64_t *experts, int n_used);
+void dump_routes_close(struct dump_routes *d);
 
 #endif

@@ -41,6 +41,8 @@ struct engine {
     uint8_t *seq_seen;  /* [n_seq] scratch: the sequence has a row in the batch being checked */
     engine_layer_hook hook;
     void *hook_ctx;
+    engine_route_hook route_hook;
+    void *route_hook_ctx;
     struct pipeline_stage stage; /* rank 0 with the head on the GPU rank: the layers after ours */
     bool onednn;     /* F32 prompt matmuls through oneDNN (engine_init says when) */
     bool onednn_force; /* NM_ONEDNN=force: every F32 matmul of 2+ rows (tests) */
@@ -347,6 +349,10 @@ void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx) 
     e->hook = hook;
     e->hook_ctx = ctx;
 }
+void engine_set_route_hook(struct engine *e, engine_route_hook hook, void *ctx) {
+    e->route_hook = hook;
+    e->route_hook_ctx = ctx;
+}
 double engine_coll_seconds(const struct engine *e) { return e->t_phase[ENGINE_PH_COLL]; }
 
 void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]) {
@@ -633,7 +639,7 @@ static void ffn_block(struct engine *e, int il, int n) {
  * logits, ties to the lower index) with weights softmax-renormalized over the chosen ones (the
  * full softmax's denominator cancels), and list the tokens of each expert in token order. The
  * router is replicated, so every rank makes the same choices. */
-static void moe_route(struct engine *e, int n) {
+static void moe_route(struct engine *e, int il, int n) {
     const struct model_config *c = &e->m->cfg;
     const int64_t ne = c->n_expert, nu = c->n_expert_used;
     for (int64_t x = 0; x < ne; x++) e->exp_n[x] = 0;
@@ -649,6 +655,7 @@ static void moe_route(struct engine *e, int n) {
             }
             sel[j] = best;
         }
+        if (e->route_hook) e->route_hook(e->route_hook_ctx, il, e->b->pos[t], sel, (int)nu);
         double sum = 0;
         for (int64_t j = 0; j < nu; j++) sum += exp((double)l[sel[j]] - (double)l[sel[0]]);
         for (int64_t j = 0; j < nu; j++) {
@@ -672,7 +679,7 @@ static void moe_block(struct engine *e, int il, int n) {
     const int64_t E = c->n_embd;
     struct act in = act_of(e, e->xn, n, E);
     matmul(e, &L->router, &in, e->router);
-    moe_route(e, n);
+    moe_route(e, il, n);
     memset(e->part, 0, (size_t)n * (size_t)E * sizeof *e->part);
     for (int64_t x = 0; x < c->n_expert; x++) {
         const int m = e->exp_n[x];

@@ -46,6 +46,11 @@ struct engine_params {
  * norm (result_norm); only for the layers this rank computes (not those of the GPU rank). pos0 is the position of the batch's first row. */
 typedef void (*engine_layer_hook)(void *ctx, int layer, int64_t pos0, const float *x, int n_tokens, int64_t n_embd);
 
+/* qwen3moe: called for every row of a batch in every MoE layer this rank computes, with the
+ * experts the router chose for it (n_used of them, in the order chosen). For --dump-layers: the
+ * reference takes the engine's side of a router near-tie only (tests/reference/model_ref.py). */
+typedef void (*engine_route_hook)(void *ctx, int layer, int64_t pos, const int64_t *experts, int n_used);
+
 struct engine;
 
 /* Allocate the KV cache and scratch for the model's shard. The model, pool and collectives are
@@ -106,6 +111,7 @@ int64_t engine_n_past(const struct engine *e);
 void engine_truncate(struct engine *e, int64_t n_past);
 const struct kv_cache *engine_kv(const struct engine *e);
 void engine_set_layer_hook(struct engine *e, engine_layer_hook hook, void *ctx);
+void engine_set_route_hook(struct engine *e, engine_route_hook hook, void *ctx);
 
 /* Collective: assemble full logits rows [rows][n_vocab] on every rank from each rank's slices
  * [rows][vocab_local]. Only for --dump-logits and perplexity: sampling never needs it. */

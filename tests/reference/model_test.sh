@@ -56,8 +56,11 @@ if [ "${NM_ONEDNN:-}" = force ] && ! grep -q "oneDNN .*: every F32 matmul" "$WOR
     echo "skipped: NM_ONEDNN=force, but the engine did not use oneDNN: $(grep -o 'oneDNN not used.*' "$WORKDIR/run.log")"
     exit 77
 fi
+# MoE: the reference takes the engine's router choices at near-ties (and only there).
+routes=()
+[ -f "$WORKDIR/el/routes.txt" ] && routes=(--engine-routes "$WORKDIR/el/routes.txt")
 step "$PY" "$HERE/ref.py" "$WORKDIR/m.gguf" --tokens "$TOKENS" \
-    --out "$WORKDIR/r.bin" --dump-layers "$WORKDIR/rl"
+    --out "$WORKDIR/r.bin" --dump-layers "$WORKDIR/rl" "${routes[@]}"
 echo "+ $PY $HERE/compare.py --engine $WORKDIR/e.bin --ref $WORKDIR/r.bin --type $TYPE ..."
 "$PY" "$HERE/compare.py" --engine "$WORKDIR/e.bin" --ref "$WORKDIR/r.bin" --type "$TYPE" \
     --engine-layers "$WORKDIR/el" --ref-layers "$WORKDIR/rl" \

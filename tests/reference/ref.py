@@ -44,6 +44,18 @@ def parse_tokens(s):
     return toks
 
 
+def read_routes(path):
+    """{(layer, position): (experts...)} from a routes.txt of numallm's --dump-layers."""
+    routes = {}
+    with open(path) as f:
+        for line in f:
+            v = [int(x) for x in line.split()]
+            if len(v) < 3:
+                raise SystemExit("%s: bad line %r (want: layer pos experts...)" % (path, line))
+            routes[(v[0], v[1])] = tuple(v[2:])
+    return routes
+
+
 def run(args):
     t0 = time.time()
     model = load_model(args.model)
@@ -54,7 +66,12 @@ def run(args):
     if args.dump_layers:
         os.makedirs(args.dump_layers, exist_ok=True)
         layer_sink = lambda name, x: write_layer(os.path.join(args.dump_layers, name + ".bin"), x)
-    if model.config.n_expert:
+    if model.config.n_expert and args.engine_routes:
+        # MoE: the engine's own router choices (numallm run --dump-layers DIR: DIR/routes.txt);
+        # the reference takes them at near-ties only (model_ref.ffn_moe, TIE_MARGIN): a choice
+        # that differs elsewhere is a real difference and shows in the comparison.
+        model.route_hint = read_routes(args.engine_routes)
+    elif model.config.n_expert:
         # MoE: a first pass with the engine's numerics (int8 activations per 32 values, f32
         # results, f16 KV cache) says which side of a near-tie such an engine takes; the float64
         # pass below takes that side at near-ties only (model_ref.ffn_moe, TIE_MARGIN).
@@ -62,7 +79,7 @@ def run(args):
         model.route_hint, model.route_choices = dict(model.route_choices), {}
     logits = forward(model, args.tokens, on_layer=layer_sink)
     for il, t, margin in model.tie_breaks:
-        log("blk.%d token %d: router near-tie (margin %.1e of the logits' spread): took the engine-numerics "
+        log("blk.%d token %d: router near-tie (margin %.1e of the logits' spread): took the engine's "
             "side" % (il, t, margin))
     unused = model.unused_tensors()
     if unused:
@@ -87,6 +104,8 @@ def main(argv=None):
     ap.add_argument("--tokens", required=True, type=parse_tokens, help="comma-separated token ids")
     ap.add_argument("--out", help="write the logits file here (NMLG format)")
     ap.add_argument("--dump-layers", metavar="DIR", help="write per-layer activations (NMLY) here")
+    ap.add_argument("--engine-routes", metavar="FILE",
+                    help="MoE: the engine's router choices (routes.txt of numallm's --dump-layers), taken at near-ties")
     args = ap.parse_args(argv)
     try:
         return run(args)
