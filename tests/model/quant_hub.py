@@ -4,7 +4,9 @@
 
 NAME is a file stem, e.g. q-llama-hub-IQ2_XS. The 28 token ids listed in NAME.p20s8.txt go through
 numallm as one prompt batch (-b 512) and token by token (-b 1), F32 KV cache; with MPIRUN (the
-command line before -np), also on 2 ranks under mpirun, both ways. Each run's 28 logits rows must
+command line before -np), also on 2 ranks under mpirun, both ways. With NM_QUANT_HUB_NGL=N in the
+environment (a GPU host), the runs are on 1 rank with -ngl N instead (the last N layers and the
+head on the CUDA device). Each run's 28 logits rows must
 be, against both references (NAME.p20s8.lgt: llama.cpp; NAME.p20s8.exact.lgt: float64 on the
 dequantized weights):
   max |ours - ref| / max |ref| <= 0.15  and  sum (ours - ref)^2 / sum ref^2 <= 1e-2,
@@ -93,14 +95,19 @@ def main():
     refs = {"llama.cpp": read_lgt(os.path.join(data, name + ".p20s8.lgt")),
             "exact": read_lgt(os.path.join(data, name + ".p20s8.exact.lgt"))}
     ids = ",".join(str(t) for t in tokens)
+    ngl = os.environ.get("NM_QUANT_HUB_NGL")
     runs = [("1 rank, -b 512", 1, 512), ("1 rank, -b 1", 1, 1)]
-    if mpirun:
+    if ngl:
+        runs = [("-ngl %s, -b 512" % ngl, 1, 512), ("-ngl %s, -b 1" % ngl, 1, 1)]
+    elif mpirun:
         runs += [("2 ranks, -b 512", 2, 512), ("2 ranks, -b 1", 2, 1)]
     failed = False
     for label, np_, batch in runs:
         out = os.path.join(work, "logits_np%d_b%d.bin" % (np_, batch))
         cmd = [numallm, "run", "-m", gguf, "--tokens", ids, "-n", "0", "-ctk", "f32", "-b", str(batch), "-t", "1",
                "--dump-logits", out]
+        if ngl:
+            cmd += ["-ngl", ngl, "--strict"]
         if np_ > 1:
             cmd = mpirun + ["-np", str(np_)] + cmd
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
