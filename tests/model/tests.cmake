@@ -1,16 +1,26 @@
 # The whole model against the independent reference implementation (tests/reference, Python +
-# numpy in float64): every tiny preset in every supported weight type. On failure the test
-# names the first layer that diverges.
+# numpy in float64): every tiny preset in every older weight type, and the 13 block types
+# (kernels/blocks) on a dense and an MoE preset (their decoders do not depend on the
+# architecture; llama.cpp's files, below, add llama and qwen2 with their real mixes). The block
+# types' tests are also labelled slow: the sanitizer build skips them (tests/run.sh), since the
+# decoders' own tests run there. On failure the test names the first layer that diverges.
 set(NM_MODEL_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
-set(NM_MODEL_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q5_0 q5_1 q2_k q3_k iq4_nl iq4_xs
-    iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m)
+set(NM_MODEL_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k)
+set(NM_MODEL_BLOCK_TYPES q5_0 q5_1 q2_k q3_k iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m)
 foreach(preset ${NM_MODEL_PRESETS})
-  foreach(type ${NM_MODEL_TYPES})
+  foreach(type ${NM_MODEL_TYPES} ${NM_MODEL_BLOCK_TYPES})
+    set(labels model)
+    if(type IN_LIST NM_MODEL_BLOCK_TYPES)
+      if(NOT preset STREQUAL "tiny-llama" AND NOT preset STREQUAL "tiny-qwen3moe")
+        continue()
+      endif()
+      set(labels "model;slow")
+    endif()
     set(name model_vs_ref_${preset}_${type})
     add_test(NAME ${name}
              COMMAND bash ${CMAKE_SOURCE_DIR}/tests/reference/model_test.sh $<TARGET_FILE:numallm>
                      ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/model_tests/${preset}_${type})
-    set_tests_properties(${name} PROPERTIES LABELS model SKIP_RETURN_CODE 77
+    set_tests_properties(${name} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77
                          ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
   endforeach()
 endforeach()
@@ -51,7 +61,13 @@ if(NM_QUANT_FILES)
     add_test(NAME quant_hub_${stem}
              COMMAND ${NM_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/quant_hub.py $<TARGET_FILE:numallm> ${NM_QUANT_DATA}
                      ${stem} ${CMAKE_CURRENT_BINARY_DIR}/quant_hub/${stem} ${NM_MPIRUN})
-    set_tests_properties(quant_hub_${stem} PROPERTIES LABELS model SKIP_RETURN_CODE 77 PROCESSORS 2 TIMEOUT 600
+    # In the sanitizer build: one file of each family (K-quants and the 32-value fallbacks, IQ2/IQ3,
+    # IQ1, IQ4); the rest are labelled slow there.
+    set(labels model)
+    if(NOT stem MATCHES "^q-(qwen2-hub-Q3_K_M|llama-hub-IQ2_M|llama-hub-IQ1_M|qwen2-hub-IQ4_XS)$")
+      set(labels "model;slow")
+    endif()
+    set_tests_properties(quant_hub_${stem} PROPERTIES LABELS "${labels}" SKIP_RETURN_CODE 77 PROCESSORS 2 TIMEOUT 600
                          ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
   endforeach()
 else()
@@ -63,20 +79,27 @@ endif()
 # decode rows next to prompt pieces, batches of 1 to 40 rows) must get every row's logits bit for
 # bit as each sequence alone, and the same greedy tokens; 1 rank (label model) and 2 ranks under
 # mpirun (label tp). Types: the float ones, the packed int8 ones and block types of 32 and 256 values
-# (every type's kernels are checked for the same property in tests/kernels/test_fast.c).
+# (every type's kernels are checked for the same property in tests/kernels/test_fast.c); on 2
+# ranks a packed, a K-quant and a block type. The block types are labelled slow (not in the
+# sanitizer build).
 set(NM_BATCH_TYPES f32 bf16 q8_0 q4_0 q4_k q6_k q5_0 iq4_xs iq2_xxs)
+set(NM_BATCH_TYPES_NP2 q4_0 q4_k iq2_xxs)
 add_executable(test_batch ${CMAKE_CURRENT_LIST_DIR}/test_batch.c)
 target_link_libraries(test_batch PRIVATE nm_rank)
 foreach(preset tiny-llama tiny-qwen2 tiny-qwen3moe)
   foreach(type ${NM_BATCH_TYPES})
     add_test(NAME batch_invariance_${preset}_${type}
              COMMAND test_batch ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/batch_tests)
-    set_tests_properties(batch_invariance_${preset}_${type} PROPERTIES LABELS model TIMEOUT 300)
-    if(NM_MPIRUN)
+    set(labels model)
+    if(type IN_LIST NM_MODEL_BLOCK_TYPES)
+      set(labels "model;slow")
+    endif()
+    set_tests_properties(batch_invariance_${preset}_${type} PROPERTIES LABELS "${labels}" TIMEOUT 300)
+    if(NM_MPIRUN AND type IN_LIST NM_BATCH_TYPES_NP2)
       add_test(NAME batch_invariance_np2_${preset}_${type}
                COMMAND ${NM_MPIRUN} -np 2 $<TARGET_FILE:test_batch> ${preset} ${type}
                        ${CMAKE_CURRENT_BINARY_DIR}/batch_tests_np2)
-      set_tests_properties(batch_invariance_np2_${preset}_${type} PROPERTIES LABELS tp PROCESSORS 2 TIMEOUT 300
+      set_tests_properties(batch_invariance_np2_${preset}_${type} PROPERTIES LABELS "${labels};tp" PROCESSORS 2 TIMEOUT 300
                            ENVIRONMENT "ASAN_OPTIONS=detect_leaks=0")
     endif()
   endforeach()
