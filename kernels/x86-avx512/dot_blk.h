@@ -59,8 +59,18 @@ static const int32_t k_blk_act_idx[4][16] __attribute__((aligned(64))) = {
 #define NM_BLK_PREFETCH_BYTES 4608
 #endif
 
+/* Weight-row streams per thread of the GEMV (gemm with nc = 1): a call's nr rows are cut into
+ * this many runs of consecutive rows, and the R x 1 tile takes one row of each run, so each of
+ * its rows walks one long sequential stream (the run's rows are contiguous) and the software
+ * prefetch of a row runs on into the run's next row (as packed.c's GEMV_STREAMS). Device Xeon,
+ * with the gather-free heads: the six 32-value and K types read 1.1-2.0x the GB/s of one 4-row
+ * stream with 2 threads (figures in the commit message; a noisy host); a prefetch distance of
+ * 2048 instead of 4608 measured within the noise. */
+#define NM_BLK_STREAMS 4
+
 /* Grid lookups of the IQ types: 1 = vpgatherdq/vpgatherdd (default), 0 = one scalar-indexed load
- * per entry (for measuring which is faster: -DNM_IQ_GATHER=0). */
+ * per entry (for measuring which is faster: -DNM_IQ_GATHER=0). Device Xeon, llama-3-8b shapes,
+ * 2 and 16 threads: 0 read the seven IQ grid types at 0.3-0.6x the GB/s of 1 (one run). */
 #ifndef NM_IQ_GATHER
 #define NM_IQ_GATHER 1
 #endif
@@ -76,6 +86,16 @@ static const int32_t k_blk_act_idx[4][16] __attribute__((aligned(64))) = {
 NM_INLINE __m256i nm_blk_dword8(const uint8_t *g, int bsize, int nblk) {
     const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(bsize));
     return _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), (__mmask8)((1u << nblk) - 1u), idx, g, 1);
+}
+
+/* 16 words picked from a full group at g of gbytes (<= 192) bytes without a gather (which the
+ * Xeon's microcode makes slow): word k is word i01[k] (0..63) of the group's first 128 bytes,
+ * or, where bit k of hi is set, word i2[k] of its last 64 bytes. Reads only the group's bytes. */
+NM_INLINE __m256i nm_blk_words16(const uint8_t *g, int gbytes, const int16_t *i01, const int16_t *i2, __mmask32 hi) {
+    const __m512i r = _mm512_permutex2var_epi16(_mm512_loadu_si512(g), _mm512_load_si512(i01), _mm512_loadu_si512(g + 64));
+    if (!hi) return _mm512_castsi512_si256(r);
+    return _mm512_castsi512_si256(
+        _mm512_mask_permutexvar_epi16(r, hi, _mm512_load_si512(i2), _mm512_loadu_si512(g + gbytes - 64)));
 }
 
 /* The fp16 in the low 16 bits of each dword, as f32. */
@@ -155,7 +175,8 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
 
 /* Defines t##_tile (an NM_INLINE tile function of simd.h) from the hooks t##_head and t##_step
  * of a type whose groups of 256 values take gbytes bytes, then gemm_##t and vec_dot_##t with 4 x
- * 4 register tiles (NM_GEMM_DEFINE). flags: NM_BLK_OFF, NM_BLK_SIGNS. */
+ * 4 register tiles (NM_GEMM_DEFINE, as gemm_##t##_g); gemm_##t walks nc = 1 (the GEMV) as
+ * NM_BLK_STREAMS row streams. flags: NM_BLK_OFF, NM_BLK_SIGNS. */
 #define NM_BLK_DEFINE(t, gbytes, flags)                                                            \
     NM_INLINE void t##_zstep(const int R, const int C, int z, int nblk, const uint8_t *w, size_t ws, \
                              const uint8_t *x, size_t xs, int64_t g, const __m512 *da,            \
@@ -222,6 +243,28 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
         }                                                                                          \
         NM_TILE_STORE(acc, R, C, y, ldy);                                                          \
     }                                                                                              \
-    NM_GEMM_DEFINE(t, t##_tile, 4, 4, NM_PACK_NATURAL)
+    NM_GEMM_DEFINE(t##_g, t##_tile, 4, 4, NM_PACK_NATURAL)                                         \
+    /* the GEMV: NM_BLK_STREAMS runs of rows walked side by side by the 4 x 1 tile (the same     \
+     * tile as in gemm_##t##_g: the same bits per row) */                                         \
+    static void gemm_##t(int64_t n, const void *w, size_t ws, int nr, const void *x, size_t xs,   \
+                         int nc, float *y, int64_t ldy) {                                          \
+        if (nc != 1 || nr < NM_BLK_STREAMS) {                                                      \
+            gemm_##t##_g(n, w, ws, nr, x, xs, nc, y, ldy);                                         \
+            return;                                                                                \
+        }                                                                                          \
+        const size_t xps = nm_pack_row_bytes(n);                                                   \
+        uint8_t *xp = nm_scratch(xps);                                                             \
+        nm_pack_act(NM_PACK_NATURAL, x, xs, 1, n, xp, xps);                                        \
+        const uint8_t *wb = w;                                                                     \
+        const int run = nr / NM_BLK_STREAMS;                                                       \
+        for (int i = 0; i < run; i++) {                                                            \
+            float yr[NM_BLK_STREAMS];                                                              \
+            t##_g_tile_4x1(n, wb + (size_t)i * ws, (size_t)run * ws, xp, xps, yr, 1);              \
+            NM_UNROLL for (int s_ = 0; s_ < NM_BLK_STREAMS; s_++) y[i + s_ * run] = yr[s_];        \
+        }                                                                                          \
+        for (int r = NM_BLK_STREAMS * run; r < nr; r++)                                            \
+            t##_g_tile_1x1(n, wb + (size_t)r * ws, ws, xp, xps, y + r, 1);                         \
+    }                                                                                              \
+    static float vec_dot_##t(int64_t n, const void *w, const void *x) { return vec_dot_##t##_g(n, w, x); }
 
 #endif

@@ -3,7 +3,8 @@
  * Both store 4-bit indices into the 16-entry non-linear table kvalues_iq4nl (-127 .. 113) in
  * Q4_0's nibble order. The unpack is Q4_0's (vpsrlvw + AND to natural order) and one vpshufb
  * into the table plus 128 (1 .. 241, unsigned for vpdpbusd); the offset is -128 * scale.
- *  - IQ4_NL: scale d per block (fp16, one masked vpgatherdd for the 8 blocks of a group).
+ *  - IQ4_NL: scale d per block (fp16; the 8 of a group with one word permute, nm_blk_words16;
+ *    a masked vpgatherdd in a short last group).
  *  - IQ4_XS: scale d * (ls - 32) per 32 values, ls 6 bits: low 4 in scales_l (two per byte),
  *    high 2 in scales_h (u16), decoded for the 8 blocks with two vpsrlvd.
  * Layouts: ggml-common.h block_iq4_nl (d, qs[16]), block_iq4_xs (d, scales_h, scales_l[4],
@@ -20,8 +21,14 @@ NM_INLINE __m512i iq4_lookup(__m512i nib) {
     return _mm512_shuffle_epi8(lut, nib);
 }
 
+/* Word picks of nm_blk_words16: IQ4_NL's d of the 8 blocks of a full group (words 9b). */
+static const int16_t k_iq4_nl_i01[32] __attribute__((aligned(64))) = {0, 9, 18, 27, 36, 45, 54, 63};
+
 NM_INLINE void iq4_nl_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
-    *sc = nm_blk_halves(nm_blk_fp16x8(nm_blk_dword8(g, 18, nblk)));
+    if (nblk == 8)
+        *sc = nm_blk_halves(_mm256_cvtph_ps(_mm256_castsi256_si128(nm_blk_words16(g, 144, k_iq4_nl_i01, NULL, 0))));
+    else
+        *sc = nm_blk_halves(nm_blk_fp16x8(nm_blk_dword8(g, 18, nblk)));
     *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-128.0f));
 }
 
