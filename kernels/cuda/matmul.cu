@@ -15,8 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuk_internal.h"
-#include "blocks/blocks_all.h"
+#include "cuk_blocks.cuh"
 
 namespace {
 
@@ -466,61 +465,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 }
 
 /* ---- the types of the block decoder interface (kernels/blocks/block.h) ----------------------
- * QB<D> is the value decoder (load, as QT) and the integer dot (dot, as QV) of a type whose
- * decoder is D::decode (its <type>_decode32). A unit is one 32-value sub-block: sub-block u % UPB
- * of block u / UPB. UPB (sub-blocks per block) and BB (bytes per block) come from the type's
- * codec at launch (qb_geom), so that nothing here is written per type. */
-constexpr int QB_UNIT = BLK_SUB; /* values per unit of every QB: one decoded sub-block */
-template <class D> struct QB {
-    static constexpr int UV = QB_UNIT, G = QB_UNIT / 4; /* values per unit; groups of 4 (QT's interface) */
-    int UPB, BB;
-    /* The unit's 32 values as the reference dequantizes them: d * q + m, one rounding each (no
-     * fused multiply-add, which would round once and could differ from ggml's float). */
-    __device__ __forceinline__ void load(const uint8_t *row, int u, float *v, int *pos) const {
-        struct block_sub32 s;
-        D::decode(row + (size_t)(u / UPB) * BB, u % UPB, &s);
-#pragma unroll
-        for (int l = 0; l < 32; l++) v[l] = __fadd_rn(__fmul_rn(s.d[l / 16], (float)s.q[l]), s.m[l / 16]);
-#pragma unroll
-        for (int g = 0; g < G; g++) pos[g] = u * 32 + 4 * g;
-    }
-    /* block_vec_dot_ref's sum for one unit: exact integer sums of q * a per 16-value half (dp4a)
-     * and of a per half, then a.d * ((d0 s0 + d1 s1) + (m0 t0 + m1 t1)) in the reference's order
-     * and roundings. The unit is q8 activation block u. */
-    __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                         const cuk_q8s *__restrict__ as) const {
-        struct block_sub32 s;
-        D::decode(row + (size_t)(u / UPB) * BB, u % UPB, &s);
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        int sq[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const int w = (int)((uint32_t)(uint8_t)s.q[4 * i] | (uint32_t)(uint8_t)s.q[4 * i + 1] << 8 |
-                                (uint32_t)(uint8_t)s.q[4 * i + 2] << 16 | (uint32_t)(uint8_t)s.q[4 * i + 3] << 24);
-            sq[i / 4] = __dp4a(w, av[i], sq[i / 4]);
-        }
-        int t0 = __dp4a(0x01010101, a0.x, 0);
-        t0 = __dp4a(0x01010101, a0.y, t0);
-        t0 = __dp4a(0x01010101, a0.z, t0);
-        t0 = __dp4a(0x01010101, a0.w, t0);
-        const int t1 = sa.isum - t0;
-        const float sd = __fadd_rn(__fmul_rn(s.d[0], (float)sq[0]), __fmul_rn(s.d[1], (float)sq[1]));
-        const float sm = __fadd_rn(__fmul_rn(s.m[0], (float)t0), __fmul_rn(s.m[1], (float)t1));
-        return __fmul_rn(sa.d, __fadd_rn(sd, sm));
-    }
-};
-
-/* D::decode of each type, from BLOCK_TYPES (the decoders come from blocks/blocks_all.h). */
-#define QB_DECODER(T, t)                                                                           \
-    struct dec_##t {                                                                               \
-        static __device__ __forceinline__ void decode(const void *b, int j, struct block_sub32 *o) { \
-            t##_decode32(b, j, o);                                                                 \
-        }                                                                                          \
-    };
-BLOCK_TYPES(QB_DECODER)
-#undef QB_DECODER
+ * QB<D> and the decoders D (cuk_blocks.cuh); here their geometry and the dispatch tables. */
 
 /* Whether t is a type of the block decoder interface; then *upb and *bb are its sub-blocks and
  * bytes per block (from its codec's row in the type table). */

@@ -3,6 +3,22 @@
 set(NM_GTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 nm_add_test(test_gpu_kernels SOURCES ${NM_GTEST_DIR}/test_gpu_kernels.c LIBS nm_cuda nm_kernels LABELS gpu)
 target_include_directories(test_gpu_kernels PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+# The device code of the block decoder types (kernels/cuda/cuk_blocks.cuh) run on the host against
+# the plain-C references: built where nvcc is, needs no device (so it runs with the kernel tests).
+if(NM_HAVE_CUDA)
+  add_library(blocks_host_rows OBJECT ${NM_GTEST_DIR}/blocks_host_rows.c) # C: ktest.h's helpers
+  target_include_directories(blocks_host_rows PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+  target_link_libraries(blocks_host_rows PRIVATE nm_kernels)
+  nm_add_test(test_gpu_blocks_host SOURCES ${NM_GTEST_DIR}/test_gpu_blocks_host.cu $<TARGET_OBJECTS:blocks_host_rows>
+              LIBS nm_cuda nm_kernels LABELS "kernels;gpu")
+  # nvcc's own warning flags, as kernels/cuda/cuda.cmake gives nm_cuda
+  set_property(TARGET test_gpu_blocks_host PROPERTY COMPILE_OPTIONS "")
+  target_compile_options(test_gpu_blocks_host PRIVATE -Xcompiler=-Wall,-Wno-unused-parameter)
+  if(NM_WERROR)
+    target_compile_options(test_gpu_blocks_host PRIVATE -Werror=all-warnings)
+  endif()
+  set_target_properties(test_gpu_blocks_host PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+endif()
 
 # The stage against the CPU engine: every tiny preset in the written-out weight types and five
 # types of the block decoder interface (kernels/blocks/block.h: a 32-value block, a K-quant with
