@@ -9,9 +9,10 @@
  * own integer decoders (QV) for int8 activations.
  *
  * The types of the block decoder interface (kernels/blocks/block.h: Q5_0, Q2_K, IQ4_XS, the IQ
- * grids, ...) have no code of their own here: one template (QB) over a type's decoder serves all
- * three kernels, a unit being one decoded 32-value sub-block, and the dispatch tables are
- * generated from BLOCK_TYPES, so a new type of that interface needs no edit in this file. */
+ * grids, ...) have no code of their own here: one template (QB, cuk_blocks.cuh) over a type's
+ * decoder serves all three kernels, a unit being one decoded 32-value sub-block, and the
+ * dispatch tables are generated from BLOCK_TYPES, so a new type of that interface needs no edit
+ * in kernels/cuda. */
 #include <stdio.h>
 #include <string.h>
 
