@@ -142,6 +142,19 @@ static enum nm_status shape_mismatch(struct binder *b, const struct gguf_tensor 
                    b->f->path, t->name, gguf_tensor_shape_str(t, got, sizeof got), expected);
 }
 
+/* The names of the types the device can multiply, comma separated, for error messages. */
+static const char *gpu_types_list(char *buf, size_t len) {
+    size_t at = 0;
+    buf[0] = '\0';
+    for (uint32_t id = 0; id < DTYPE_COUNT; id++) {
+        if (!dtype_get(id) || !cuk_matmul_type_supported((enum dtype)id)) continue;
+        const int w = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", dtype_get(id)->name);
+        if (w < 0 || (size_t)w >= len - at) break; /* a display string: cut if it must be */
+        at += (size_t)w;
+    }
+    return buf;
+}
+
 /* A matmul weight {k, n} or, with n_expert > 0, {k, n, n_expert}. */
 static enum nm_status bind_mat(struct binder *b, const char *name, int64_t k, int64_t n, int64_t n_expert,
                                bool required, struct gmat *w) {
@@ -156,11 +169,12 @@ static enum nm_status bind_mat(struct binder *b, const char *name, int64_t k, in
         return shape_mismatch(b, t, exp);
     }
     const enum dtype ty = (enum dtype)t->type;
-    if (!dtype_get(t->type) || !cuk_matmul_type_supported(ty))
+    if (!dtype_get(t->type) || !cuk_matmul_type_supported(ty)) {
+        char list[512];
         return nm_errf(b->err, b->errlen, NM_ERR_UNSUPPORTED,
-                       "%s: tensor %s has type %s, which has no CUDA kernel; the GPU rank supports f32, f16, bf16, "
-                       "q8_0, q4_0, q4_1, q4_k, q5_k, q6_k",
-                       b->f->path, name, dtype_ggml_name(t->type));
+                       "%s: tensor %s has type %s, which has no CUDA kernel; the GPU rank supports %s", b->f->path,
+                       name, dtype_ggml_name(t->type), gpu_types_list(list, sizeof list));
+    }
     const struct dtype_info *ti = dtype_get(t->type);
     if (k % ti->blck_size != 0)
         return nm_errf(b->err, b->errlen, NM_ERR_MISMATCH, "%s: tensor %s: row length %lld is not a multiple of %s's block of %d",

@@ -77,6 +77,24 @@ BLK_HD float blk_fp16(uint16_t h) {
     return v.f;
 }
 
+/* Every type that goes through this interface: X(UPPER, lower) for DTYPE_UPPER and
+ * block_codec_lower. A new type adds its line here (and its header to blocks_all.h). Outside the
+ * C-only part below: the CUDA kernels (kernels/cuda/matmul.cu) instantiate their templates from it. */
+#define BLOCK_TYPES(X)   \
+    X(Q5_0, q5_0)        \
+    X(Q5_1, q5_1)        \
+    X(Q2_K, q2_k)        \
+    X(Q3_K, q3_k)        \
+    X(IQ4_NL, iq4_nl)    \
+    X(IQ4_XS, iq4_xs)    \
+    X(IQ2_XXS, iq2_xxs)  \
+    X(IQ2_XS, iq2_xs)    \
+    X(IQ3_XXS, iq3_xxs)  \
+    X(IQ1_S, iq1_s)      \
+    X(IQ3_S, iq3_s)      \
+    X(IQ2_S, iq2_s)      \
+    X(IQ1_M, iq1_m)
+
 #ifndef __CUDACC__
 #include <stdbool.h>
 #include <stddef.h>
@@ -93,23 +111,6 @@ struct block_codec {
     /* Where the layout and the codebooks come from, one line (FORMATS notes give the detail). */
     const char *source;
 };
-
-/* Every type that goes through this interface: X(UPPER, lower) for DTYPE_UPPER and
- * block_codec_lower. A new type adds its line here. */
-#define BLOCK_TYPES(X)   \
-    X(Q5_0, q5_0)        \
-    X(Q5_1, q5_1)        \
-    X(Q2_K, q2_k)        \
-    X(Q3_K, q3_k)        \
-    X(IQ4_NL, iq4_nl)    \
-    X(IQ4_XS, iq4_xs)    \
-    X(IQ2_XXS, iq2_xxs)  \
-    X(IQ2_XS, iq2_xs)    \
-    X(IQ3_XXS, iq3_xxs)  \
-    X(IQ1_S, iq1_s)      \
-    X(IQ3_S, iq3_s)      \
-    X(IQ2_S, iq2_s)      \
-    X(IQ1_M, iq1_m)
 
 /* The codec of a type that goes through this interface, or NULL (the 9 older types are still
  * written out in quant.c and the kernel folders). */

@@ -4,7 +4,9 @@
  * it says otherwise; cuk_sync waits.
  *
  * Weights stay in their GGUF block form on the device (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, F16,
- * BF16, F32: every type the CPU ranks compute with). A matmul with few activation rows runs a
+ * BF16, F32, and every type of the block decoder interface, kernels/blocks/block.h: Q5_0, Q5_1,
+ * Q2_K, Q3_K, IQ4_NL, IQ4_XS and the IQ1/IQ2/IQ3 grid types, decoded on the device by the same
+ * headers as on the CPU: every type the CPU ranks compute with). A matmul with few activation rows runs a
  * GEMV: on int8 activations (cuk_gemv_q8, dp4a, the decode path of the GPU stage) for the
  * block-quantized types, or decoding the blocks in registers against f32 activations
  * (cuk_gemv, every type); with more rows

@@ -10,6 +10,7 @@
 extern "C" {
 #define _Noreturn __attribute__((noreturn)) /* base.h is C11; nvcc's host compiler is C++ */
 #include "base.h"
+#include "types.h" /* dtype_get: the geometry of the block decoder interface's types */
 #undef _Noreturn
 }
 #include "cuda_kernels.h"

@@ -6,11 +6,17 @@
  * come in groups of 4 consecutive positions of the row, so the activations are read as float4.
  * The same decoder feeds the GEMV (one warp per output, lanes over units, warp-shuffle sum) and
  * the dequantization of weight tiles into f16 for cuBLAS. The decode GEMV (cuk_gemv_q8) has its
- * own integer decoders (QV) for int8 activations. */
+ * own integer decoders (QV) for int8 activations.
+ *
+ * The types of the block decoder interface (kernels/blocks/block.h: Q5_0, Q2_K, IQ4_XS, the IQ
+ * grids, ...) have no code of their own here: one template (QB, cuk_blocks.cuh) over a type's
+ * decoder serves all three kernels, a unit being one decoded 32-value sub-block, and the
+ * dispatch tables are generated from BLOCK_TYPES, so a new type of that interface needs no edit
+ * in kernels/cuda. */
 #include <stdio.h>
 #include <string.h>
 
-#include "cuk_internal.h"
+#include "cuk_blocks.cuh"
 
 namespace {
 
@@ -207,11 +213,11 @@ constexpr int GEMV_WARPS = 8; /* rows per block: one warp each */
 
 /* y[col][row] = W_row . x[col / x_div] for the block's 8 rows and column blockIdx.y (+ col0).
  * With ids, column col reads expert ids[col]'s matrix. */
-template <int T>
+template <class Q>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-    gemv_kernel(const uint8_t *__restrict__ w, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids,
-                int n_rows, int units, const float *__restrict__ x, int64_t ldx, int x_div, float *__restrict__ y,
-                int64_t ldy, int col0) {
+    gemv_kernel(const Q q, const uint8_t *__restrict__ w, size_t row_bytes, size_t expert_bytes,
+                const int32_t *__restrict__ ids, int n_rows, int units, const float *__restrict__ x, int64_t ldx,
+                int x_div, float *__restrict__ y, int64_t ldy, int col0) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * GEMV_WARPS + warp;
     if (row >= n_rows) return;
@@ -220,11 +226,11 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     const float *xr = x + (int64_t)(col / x_div) * ldx;
     float acc = 0.0f;
     for (int u = lane; u < units; u += 32) {
-        float v[QT<T>::UV];
-        int pos[QT<T>::G];
-        QT<T>::load(wr, u, v, pos);
+        float v[Q::UV];
+        int pos[Q::G];
+        q.load(wr, u, v, pos);
 #pragma unroll
-        for (int g = 0; g < QT<T>::G; g++) {
+        for (int g = 0; g < Q::G; g++) {
             const float4 xv = *(const float4 *)(xr + pos[g]);
             acc += v[4 * g] * xv.x + v[4 * g + 1] * xv.y + v[4 * g + 2] * xv.z + v[4 * g + 3] * xv.w;
         }
@@ -411,12 +417,12 @@ constexpr int GQ_STAGE = 128; /* units a warp stages per step */
  * (16 where the row and stage offsets allow), then each lane decodes units lane, lane + 32, ...
  * from there: the blocks' odd sizes (18, 34, 210 bytes) only allow 2-byte loads, which from
  * global memory would cost several L1 wavefronts each. */
-template <int T>
+template <class Q>
 __global__ void __launch_bounds__(GQ_WARPS * 32)
-    gemv_q8_kernel(gemv_q8_outs o, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids, int units,
-                   const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int x_div, int vec) {
-    constexpr int STAGE_BYTES = GQ_STAGE / QV<T>::UPB * QV<T>::BB;
-    __shared__ __align__(16) uint8_t stage[GQ_WARPS][STAGE_BYTES];
+    gemv_q8_kernel(const Q q, gemv_q8_outs o, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids,
+                   int units, const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int x_div,
+                   int vec) {
+    extern __shared__ __align__(16) uint8_t gq_stage[]; /* [GQ_WARPS][gq_stage_bytes(q)] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int row = blockIdx.x * GQ_WARPS + warp;
     if (row >= o.row_end[o.n_outs - 1]) return;
@@ -427,12 +433,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
     const uint8_t *wr = o.w[p] + (ids ? (size_t)ids[col] * expert_bytes : 0) + (size_t)row * row_bytes;
     const int8_t *a = aq + (int64_t)xr * k;
     const cuk_q8s *sa = as + (int64_t)xr * (k / 32);
-    uint8_t *sm = stage[warp];
+    uint8_t *sm = gq_stage + warp * (GQ_STAGE / q.UPB * q.BB);
     float acc = 0.0f;
     for (int u0 = 0; u0 < units; u0 += GQ_STAGE) {
         const int nu = NM_MIN(GQ_STAGE, units - u0);
-        const int nbytes = (nu + QV<T>::UPB - 1) / QV<T>::UPB * QV<T>::BB;
-        const uint8_t *src = wr + (size_t)(u0 / QV<T>::UPB) * QV<T>::BB;
+        const int nbytes = (nu + q.UPB - 1) / q.UPB * q.BB;
+        const uint8_t *src = wr + (size_t)(u0 / q.UPB) * q.BB;
         __syncwarp();
         if (vec == 16) {
 #pragma unroll 4
@@ -447,15 +453,87 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
             for (int off = lane * 2; off < nbytes; off += 64) *(uint16_t *)(sm + off) = __ldg((const uint16_t *)(src + off));
         }
         __syncwarp();
-        const int8_t *au = a + (int64_t)u0 * QV<T>::UV;
-        const cuk_q8s *su = sa + (int64_t)u0 * QV<T>::UV / 32;
-        for (int u = lane; u < nu; u += 32) acc += QV<T>::dot(sm, u, au, su);
+        const int8_t *au = a + (int64_t)u0 * Q::UV;
+        const cuk_q8s *su = sa + (int64_t)u0 * Q::UV / 32;
+        for (int u = lane; u < nu; u += 32) acc += q.dot(sm, u, au, su);
     }
     acc = cuk_warp_reduce(acc, cuk_op_add());
     if (lane == 0) {
         float *y = o.y[p] + (int64_t)col * o.ldy[p] + row;
         if (o.bias[p]) acc += o.bias[p][row];
         *y = o.accumulate[p] ? *y + acc : acc;
+    }
+}
+
+/* ---- the types of the block decoder interface (kernels/blocks/block.h) ----------------------
+ * QB<D> and the decoders D (cuk_blocks.cuh); here their geometry and the dispatch tables. */
+
+/* Whether t is a type of the block decoder interface; then *upb and *bb are its sub-blocks and
+ * bytes per block (from its codec's row in the type table). */
+bool qb_geom(enum dtype t, int *upb, int *bb) {
+    switch (t) {
+#define QB_IS(T, t) case DTYPE_##T:
+        BLOCK_TYPES(QB_IS)
+#undef QB_IS
+        break;
+    default: return false;
+    }
+    const struct dtype_info *i = dtype_get((uint32_t)t);
+    /* whole sub-blocks, whole blocks per GEMV stage, and 2-byte aligned blocks (the stage copy) */
+    NM_ASSERT(i && i->blck_size % QB_UNIT == 0 && GQ_STAGE % (i->blck_size / QB_UNIT) == 0 && i->type_size % 2 == 0);
+    *upb = i->blck_size / QB_UNIT;
+    *bb = i->type_size;
+    return true;
+}
+
+template <class D> QB<D> qb_make(enum dtype t) {
+    QB<D> q;
+    const bool known = qb_geom(t, &q.UPB, &q.BB);
+    NM_ASSERT(known);
+    return q;
+}
+
+/* f(q) with q the value decoder (QT) of type t: the written-out types, then every type of the
+ * block decoder interface. Fatal for a type without one (callers check
+ * cuk_matmul_type_supported). */
+template <class F> void with_qt(enum dtype t, F &&f) {
+    switch (t) {
+    case DTYPE_Q4_0: f(QT<DTYPE_Q4_0>()); break;
+    case DTYPE_Q4_1: f(QT<DTYPE_Q4_1>()); break;
+    case DTYPE_Q8_0: f(QT<DTYPE_Q8_0>()); break;
+    case DTYPE_Q4_K: f(QT<DTYPE_Q4_K>()); break;
+    case DTYPE_Q5_K: f(QT<DTYPE_Q5_K>()); break;
+    case DTYPE_Q6_K: f(QT<DTYPE_Q6_K>()); break;
+    case DTYPE_F16: f(QT<DTYPE_F16>()); break;
+    case DTYPE_BF16: f(QT<DTYPE_BF16>()); break;
+    case DTYPE_F32: f(QT<DTYPE_F32>()); break;
+#define QB_CASE(T, t)                  \
+    case DTYPE_##T:                    \
+        f(qb_make<dec_##t>(DTYPE_##T)); \
+        break;
+        BLOCK_TYPES(QB_CASE)
+#undef QB_CASE
+    default: nm_fatal("cuk: weight type %d has no CUDA kernel", (int)t);
+    }
+}
+
+/* f(q) with q the integer decoder (QV) of type t, as with_qt. */
+template <class F> void with_qv(enum dtype t, F &&f) {
+    switch (t) {
+    case DTYPE_Q4_0: f(QV<DTYPE_Q4_0>()); break;
+    case DTYPE_Q4_1: f(QV<DTYPE_Q4_1>()); break;
+    case DTYPE_Q8_0: f(QV<DTYPE_Q8_0>()); break;
+    case DTYPE_Q4_K: f(QV<DTYPE_Q4_K>()); break;
+    case DTYPE_Q5_K: f(QV<DTYPE_Q5_K>()); break;
+    case DTYPE_Q6_K: f(QV<DTYPE_Q6_K>()); break;
+#define QB_CASE(T, t)                  \
+    case DTYPE_##T:                    \
+        f(qb_make<dec_##t>(DTYPE_##T)); \
+        break;
+        BLOCK_TYPES(QB_CASE)
+#undef QB_CASE
+    default: nm_fatal("cuk_gemv_q8: weight type %d has no int8 GEMV (a caller did not check cuk_gemv_q8_supported)",
+                      (int)t);
     }
 }
 
@@ -493,18 +571,18 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 }
 
 /* dst[r][0..k) = f16 of rows r < n_rows, one unit per thread. */
-template <int T>
-__global__ void dequant_f16_kernel(const uint8_t *__restrict__ w, size_t row_bytes, int units, int64_t k, int n_rows,
-                                   __half *__restrict__ dst) {
+template <class Q>
+__global__ void dequant_f16_kernel(const Q q, const uint8_t *__restrict__ w, size_t row_bytes, int units, int64_t k,
+                                   int n_rows, __half *__restrict__ dst) {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)n_rows * units) return;
     const int row = (int)(idx / units), u = (int)(idx % units);
-    float v[QT<T>::UV];
-    int pos[QT<T>::G];
-    QT<T>::load(w + (size_t)row * row_bytes, u, v, pos);
+    float v[Q::UV];
+    int pos[Q::G];
+    q.load(w + (size_t)row * row_bytes, u, v, pos);
     __half *d = dst + (int64_t)row * k;
 #pragma unroll
-    for (int g = 0; g < QT<T>::G; g++) {
+    for (int g = 0; g < Q::G; g++) {
         *(__half2 *)(d + pos[g]) = __floats2half2_rn(v[4 * g], v[4 * g + 1]);
         *(__half2 *)(d + pos[g] + 2) = __floats2half2_rn(v[4 * g + 2], v[4 * g + 3]);
     }
@@ -532,7 +610,13 @@ int type_units(enum dtype t, int64_t k, bool *vec) {
     case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q6_K: uv = 32; break;
     case DTYPE_F16: case DTYPE_BF16: uv = 8; break;
     case DTYPE_F32: uv = 4; break;
-    default: nm_fatal("cuk: weight type %d has no CUDA kernel (a caller did not check cuk_matmul_type_supported)", (int)t);
+    default: {
+        int upb, bb;
+        if (!qb_geom(t, &upb, &bb))
+            nm_fatal("cuk: weight type %d has no CUDA kernel (a caller did not check cuk_matmul_type_supported)",
+                     (int)t);
+        uv = QB_UNIT;
+    }
     }
     *vec = k % uv == 0;
     return (int)(k / uv);
@@ -548,25 +632,14 @@ size_t row_size(enum dtype t, int64_t k) {
     case DTYPE_Q6_K: return (size_t)(k / 256) * 210;
     case DTYPE_F16: case DTYPE_BF16: return (size_t)k * 2;
     case DTYPE_F32: return (size_t)k * 4;
-    default: return 0;
+    default: {
+        int upb, bb;
+        return qb_geom(t, &upb, &bb) ? (size_t)(k / (QB_UNIT * upb)) * (size_t)bb : 0;
+    }
     }
 }
 
 bool is_float_type(enum dtype t) { return t == DTYPE_F32 || t == DTYPE_F16 || t == DTYPE_BF16; }
-
-#define CUK_DISPATCH(t, MACRO)                                                                   \
-    switch (t) {                                                                                 \
-    case DTYPE_Q4_0: MACRO(DTYPE_Q4_0); break;                                                   \
-    case DTYPE_Q4_1: MACRO(DTYPE_Q4_1); break;                                                   \
-    case DTYPE_Q8_0: MACRO(DTYPE_Q8_0); break;                                                   \
-    case DTYPE_Q4_K: MACRO(DTYPE_Q4_K); break;                                                   \
-    case DTYPE_Q5_K: MACRO(DTYPE_Q5_K); break;                                                   \
-    case DTYPE_Q6_K: MACRO(DTYPE_Q6_K); break;                                                   \
-    case DTYPE_F16: MACRO(DTYPE_F16); break;                                                     \
-    case DTYPE_BF16: MACRO(DTYPE_BF16); break;                                                   \
-    case DTYPE_F32: MACRO(DTYPE_F32); break;                                                     \
-    default: nm_fatal("cuk: weight type %d has no CUDA kernel", (int)t);                         \
-    }
 
 /* The GEMV for columns [0, n_cols) (tokens, or expert pairs with ids). */
 void gemv_launch(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, const int32_t *ids, int64_t k,
@@ -584,11 +657,10 @@ void gemv_launch(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_b
     for (int col0 = 0; col0 < n_cols; col0 += 65535) {
         const dim3 grid((unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS), (unsigned)NM_MIN(65535, n_cols - col0));
         if (use_vec) {
-#define GEMV_CASE(T)                                                                                         \
-    gemv_kernel<T><<<grid, GEMV_WARPS * 32, 0, c->stream>>>(wb, rb, expert_bytes, ids, (int)n, units, x, ldx, \
-                                                            x_div, y, ldy, col0)
-            CUK_DISPATCH(t, GEMV_CASE);
-#undef GEMV_CASE
+            with_qt(t, [&](auto q) {
+                gemv_kernel<<<grid, GEMV_WARPS * 32, 0, c->stream>>>(q, wb, rb, expert_bytes, ids, (int)n, units, x,
+                                                                     ldx, x_div, y, ldy, col0);
+            });
         } else {
             gemv_scalar_kernel<<<grid, GEMV_WARPS * 32, 0, c->stream>>>(t, wb, rb, expert_bytes, ids, (int)n, (int)k,
                                                                         x, ldx, x_div, y, ldy, col0);
@@ -605,9 +677,7 @@ void dequant_launch(struct cuk_ctx *c, enum dtype t, const uint8_t *w, int64_t k
     if (use_vec) {
         const int64_t total = (int64_t)n_rows * units;
         const unsigned blocks = (unsigned)((total + 255) / 256);
-#define DQ_CASE(T) dequant_f16_kernel<T><<<blocks, 256, 0, c->stream>>>(w, rb, units, k, n_rows, dst)
-        CUK_DISPATCH(t, DQ_CASE);
-#undef DQ_CASE
+        with_qt(t, [&](auto q) { dequant_f16_kernel<<<blocks, 256, 0, c->stream>>>(q, w, rb, units, k, n_rows, dst); });
     } else {
         const int64_t total = (int64_t)n_rows * k;
         dequant_f16_scalar_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(t, w, rb, k, n_rows, dst);
@@ -677,16 +747,16 @@ extern "C" void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int
 }
 
 extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
+    int upb, bb;
     switch (t) {
     case DTYPE_Q4_0: case DTYPE_Q4_1: case DTYPE_Q8_0: case DTYPE_Q4_K: case DTYPE_Q5_K: case DTYPE_Q6_K: return true;
-    default: return false;
+    default: return qb_geom(t, &upb, &bb);
     }
 }
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
                             const struct cuk_gemv_out *outs, int n_outs) {
-    const bool kq = t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K;
-    NM_ASSERT(cuk_gemv_q8_supported(t) && k % (kq ? 256 : 32) == 0);
+    NM_ASSERT(cuk_gemv_q8_supported(t) && k % dtype_get((uint32_t)t)->blck_size == 0);
     NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS && m >= 1 && m <= CUK_GEMV_MAX_ROWS);
     gemv_q8_outs o;
     memset(&o, 0, sizeof o);
@@ -711,21 +781,13 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
     uintptr_t al = rb;
     for (int i = 0; i < n_outs; i++) al |= (uintptr_t)outs[i].w;
     const int vec = al % 16 == 0 ? 16 : al % 8 == 0 ? 8 : al % 4 == 0 ? 4 : 2;
-#define GQ_CASE(T)                                                                                                \
-    case T:                                                                                                       \
-        gemv_q8_kernel<T><<<grid, GQ_WARPS * 32, 0, c->stream>>>(o, rb, 0, NULL, (int)(k / QV<T>::UV), q, s, k, 1, \
-                                                                 vec);                                         \
-        break
-    switch (t) {
-        GQ_CASE(DTYPE_Q4_0);
-        GQ_CASE(DTYPE_Q4_1);
-        GQ_CASE(DTYPE_Q8_0);
-        GQ_CASE(DTYPE_Q4_K);
-        GQ_CASE(DTYPE_Q5_K);
-        GQ_CASE(DTYPE_Q6_K);
-    default: nm_fatal("cuk_gemv_q8: weight type %d is not block-quantized", (int)t);
-    }
-#undef GQ_CASE
+    with_qv(t, [&](auto qv) {
+        /* each warp's stage: GQ_STAGE units, whole blocks, a multiple of 16 bytes (vec loads) */
+        const int stage_bytes = GQ_STAGE / qv.UPB * qv.BB;
+        NM_ASSERT(GQ_STAGE % qv.UPB == 0 && stage_bytes % 16 == 0);
+        gemv_q8_kernel<<<grid, GQ_WARPS * 32, (size_t)GQ_WARPS * (size_t)stage_bytes, c->stream>>>(
+            qv, o, rb, 0, NULL, (int)(k / decltype(qv)::UV), q, s, k, 1, vec);
+    });
     CUK_LAUNCHED("gemv_q8");
 }
 

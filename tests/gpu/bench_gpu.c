@@ -1,7 +1,9 @@
 /* GPU rank figures (not a test: timings are printed, not asserted).
- *   bench_gpu layers                GEMV GB/s for whole layers of qwen2.5-0.5b and llama-3-8b
+ *   bench_gpu layers [TYPE ...]     GEMV GB/s for whole layers of qwen2.5-0.5b and llama-3-8b
  *                                   shapes in several types, next to the device's theoretical
- *                                   bandwidth; prompt GEMM TFLOP/s for the 8B layer
+ *                                   bandwidth; prompt GEMM TFLOP/s for the 8B layer. With types
+ *                                   (names as --type takes them, or "all" for every type), the
+ *                                   llama-3-8b layer in those types only
  *   bench_gpu stage PRESET TYPE DIR pp512 and tg128 of a whole mkmodel model on the GPU stage
  *                                   (layer_first 0), with weight bytes per token / time
  * Warm-up excluded; mean over repetitions. Exit 77 without a device. */
@@ -54,7 +56,7 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
         for (int i = 0; i < n_sh; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, 1, y, sh[i].n);
     cuk_sync(g_ctx);
     const double s_layer = (double)(nm_time_ns() - t0) * 1e-9 / reps;
-    printf("%-12s %-5s layer GEMV f32: %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)\n", model, dtype_get(t)->name,
+    printf("%-12s %-7s layer GEMV f32: %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)\n", model, dtype_get(t)->name,
            (double)total / (1 << 20), s_layer * 1e6, (double)total / s_layer / 1e9, 100 * (double)total / s_layer / 1e9 / g_bw,
            g_bw);
     for (int i = 0; i < n_sh; i++) {
@@ -88,7 +90,7 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
         }
         cuk_sync(g_ctx);
         const double sq = (double)(nm_time_ns() - t0) * 1e-9 / reps;
-        printf("%-12s %-5s layer GEMV q8 : %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)  [int8 activations, "
+        printf("%-12s %-7s layer GEMV q8 : %7.1f MiB in %7.1f us: %6.0f GB/s (%.0f%% of %.0f GB/s)  [int8 activations, "
                "4 GEMV + 2 quantize launches]\n",
                model, dtype_get(t)->name, (double)total / (1 << 20), sq * 1e6, (double)total / sq / 1e9,
                100 * (double)total / sq / 1e9 / g_bw, g_bw);
@@ -121,7 +123,7 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
     cuk_free(y);
 }
 
-static int bench_layers(void) {
+static int bench_layers(int n_types, char **type_names) {
     const struct shape q05[] = {{"q", 896, 896}, {"k", 896, 128}, {"v", 896, 128}, {"o", 896, 896},
                                 {"gate", 896, 4864}, {"up", 896, 4864}, {"down", 4864, 896}};
     const struct shape l8[] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
@@ -131,9 +133,26 @@ static int bench_layers(void) {
         fprintf(stderr, "%s\n", why);
         return 1;
     }
-    bench_layer("qwen2.5-0.5b", q05, 7, DTYPE_Q4_0);
-    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_F16};
-    for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", l8, 7, ts[i]);
+    if (n_types == 0) {
+        bench_layer("qwen2.5-0.5b", q05, 7, DTYPE_Q4_0);
+        const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_F16};
+        for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", l8, 7, ts[i]);
+        return 0;
+    }
+    for (int a = 0; a < n_types; a++) {
+        if (strcmp(type_names[a], "all") == 0) {
+            for (uint32_t id = 0; id < DTYPE_COUNT; id++)
+                if (dtype_get(id) && cuk_matmul_type_supported((enum dtype)id)) bench_layer("llama-3-8b", l8, 7, (enum dtype)id);
+            continue;
+        }
+        const int t = dtype_from_name(type_names[a]);
+        if (t < 0 || !cuk_matmul_type_supported((enum dtype)t)) {
+            fprintf(stderr, "bench_gpu layers: unknown type or no CUDA kernel: %s (types: %s)\n", type_names[a],
+                    dtype_supported_list());
+            return 2;
+        }
+        bench_layer("llama-3-8b", l8, 7, (enum dtype)t);
+    }
     return 0;
 }
 
@@ -218,11 +237,11 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "layers") == 0) {
         g_ctx = cuk_ctx_init(0, err, sizeof err);
         if (!g_ctx) return 77;
-        const int rc = bench_layers();
+        const int rc = bench_layers(argc - 2, argv + 2);
         cuk_ctx_free(g_ctx);
         return rc;
     }
     if (argc >= 5 && strcmp(argv[1], "stage") == 0) return bench_stage(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: %s layers | stage PRESET TYPE DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s layers [TYPE ... | all] | stage PRESET TYPE DIR\n", argv[0]);
     return 2;
 }

@@ -5,12 +5,16 @@
  * several tiles), MoE routing and top-k with the repetition penalty; the decode path's int8
  * activations (quantizer bit-exact with quantize_act_q8x_ref, the dp4a GEMV with several
  * outputs, bias and accumulation, the fused rmsnorm/swiglu producers), the fused RoPE + KV
- * store and attention with the position in device memory. Exit 77 without a device. */
+ * store and attention with the position in device memory. "Every supported type" is every type
+ * the CPU ranks take (dtype_get): the written-out ones and those of the block decoder interface
+ * (blocks/block.h: Q5_0, Q2_K, IQ4_XS, IQ1_M, ...), whose dequantized tiles must also be
+ * bit-exact. Exit 77 without a device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks/block.h"
 #include "gtest.h"
 #include "ktest.h"
 #include "ops.h"
@@ -93,12 +97,26 @@ static void check_matmul(krng *r, enum dtype t, int64_t k, int64_t n, int m, int
     free(mag);
 }
 
+/* Every type the CPU ranks compute with (dtype_get), which the device must take too: the
+ * written-out types and every type of the block decoder interface (blocks/block.h). Returns the
+ * count; with q8 set, only the types that take q8 activations. */
+static int all_types(enum dtype *out, bool q8) {
+    int n = 0;
+    for (uint32_t id = 0; id < DTYPE_COUNT; id++)
+        if (dtype_get(id) && (!q8 || dtype_uses_q8x((enum dtype)id))) out[n++] = (enum dtype)id;
+    return n;
+}
+
 static void test_matmul(krng *r) {
-    const enum dtype types[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_Q8_0, DTYPE_Q4_0,
-                                DTYPE_Q4_1, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+    enum dtype types[DTYPE_COUNT];
+    const int n_types = all_types(types, false);
     const int ms[] = {1, 3, 7, 19};
-    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const enum dtype t = types[ti];
+        if (!cuk_matmul_type_supported(t)) {
+            ktest_fail("cuk_matmul_type_supported(%s) is false", dtype_get(t)->name);
+            continue;
+        }
         const int bs = dtype_get(t)->blck_size;
         int64_t ks[3];
         if (bs == 1) { ks[0] = 33; ks[1] = 64; ks[2] = 200; }
@@ -119,6 +137,67 @@ static void test_matmul(krng *r) {
 }
 
 static void check_close(const float *got, const float *want, int64_t n, double tol, const char *what);
+
+/* The prompt path's dequantized tiles, bit for bit: cuk_gemm with unit vectors as activations
+ * (row r of x is e_(i0 + r)) gives y[r][j] = W[j][i0 + r] rounded to f16, exactly (one product by
+ * 1, zeros elsewhere, f32 accumulation). For the decoder types (blocks/block.h) that must be
+ * f16(dequantize_row_ref) for every value: the device decodes with the same headers and the same
+ * d * q + m roundings. The written-out types' loaders may fuse an offset's multiply-add (nvcc
+ * contracts), so there one f16 ulp is allowed. n = 130 rows of 512 values span 3 tiles of the
+ * 64 KiB scratch; the blocks are random bytes with sane f16 scales (krng_row). */
+static void test_dequant_tiles(krng *r) {
+    enum dtype types[DTYPE_COUNT];
+    const int n_types = all_types(types, true);
+    const int64_t n = 130;
+    for (int ti = 0; ti < n_types; ti++) {
+        const enum dtype t = types[ti];
+        const int64_t k = dtype_get(t)->blck_size == 32 ? 96 : 512;
+        const size_t rb = dtype_row_size(t, k);
+        const bool exact = block_codec_get(t) != NULL;
+        uint8_t *w = malloc(rb * (size_t)n);
+        float *wf = malloc((size_t)(n * k) * sizeof(float)), *x = malloc((size_t)(64 * k) * sizeof(float)),
+              *y = malloc((size_t)(64 * n) * sizeof(float));
+        for (int64_t j = 0; j < n; j++) {
+            krng_row(r, t, w + (size_t)j * rb, k);
+            dequantize_row_ref(t, w + (size_t)j * rb, wf + j * k, k);
+        }
+        void *dw = dev_from(w, rb * (size_t)n);
+        float *dx = cuk_malloc(g_ctx, (size_t)(64 * k) * sizeof(float), "x", NULL, 0),
+              *dy = cuk_malloc(g_ctx, (size_t)(64 * n) * sizeof(float), "y", NULL, 0);
+        int64_t bad = 0, first_j = -1, first_i = -1;
+        float first_got = 0, first_want = 0;
+        for (int64_t i0 = 0; i0 < k; i0 += 64) {
+            const int rows = (int)NM_MIN(64, k - i0);
+            memset(x, 0, (size_t)(64 * k) * sizeof(float));
+            for (int rr = 0; rr < rows; rr++) x[rr * k + i0 + rr] = 1.0f;
+            cuk_h2d(g_ctx, dx, x, (size_t)(rows * k) * sizeof(float));
+            cuk_gemm(g_ctx, t, dw, k, n, dx, k, rows, dy, n);
+            to_host(y, dy, (size_t)(rows * n) * sizeof(float));
+            for (int rr = 0; rr < rows; rr++)
+                for (int64_t j = 0; j < n; j++) {
+                    const float want = fp16_to_fp32(fp32_to_fp16(wf[j * k + i0 + rr])), got = y[rr * n + j];
+                    const float slack = exact ? 0.0f : fabsf(want) * (1.0f / 1024.0f) + 6e-8f;
+                    if (!(fabsf(got - want) <= slack)) {
+                        if (!bad++) first_j = j, first_i = i0 + rr, first_got = got, first_want = want;
+                    }
+                }
+        }
+        if (bad)
+            ktest_fail("dequantized tile %s k=%lld n=%lld: %lld values differ from f16(dequantize_row_ref)%s; first: "
+                       "row %lld value %lld got %.9g want %.9g",
+                       dtype_get(t)->name, (long long)k, (long long)n, (long long)bad, exact ? "" : " by over 1 ulp",
+                       (long long)first_j, (long long)first_i, (double)first_got, (double)first_want);
+        cuk_free(dw);
+        cuk_free(dx);
+        cuk_free(dy);
+        free(w);
+        free(wf);
+        free(x);
+        free(y);
+    }
+    printf("dequantized tiles: %d types checked (bit-exact for the decoder types)\n", n_types);
+}
+
 
 /* The q8 activations on the device (cuk_q8_bytes layout) against quantize_act_q8x_ref of the
  * same f32 rows: bit-exact. */
@@ -194,9 +273,11 @@ static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, i
         float *got = malloc((size_t)(m * ldy) * sizeof(float));
         to_host(got, dy[o], (size_t)(m * ldy) * sizeof(float));
         float *want = malloc((size_t)(m * n) * sizeof(float)), *g = malloc((size_t)(m * n) * sizeof(float));
+        float *cpu = malloc((size_t)(m * n) * sizeof(float));
         double *mag = malloc((size_t)(m * n) * sizeof(double));
         int64_t guards = 0;
         for (int i = 0; i < m; i++) {
+            quantize_act_q8x_ref(xc + i * k, q8, k);
             for (int64_t j = 0; j < n; j++) {
                 dequantize_row_ref(t, w[o] + (size_t)j * rb, wrow, k);
                 double sum = 0;
@@ -205,6 +286,8 @@ static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, i
                 if (o == 1) extra = b[o][j];
                 if (o == 2) extra = y[o][i * ldy + j];
                 want[i * n + j] = (float)(sum + extra);
+                /* the CPU ranks' own sum (block_vec_dot_ref for the decoder types), + the epilogue */
+                cpu[i * n + j] = (float)((double)vec_dot_ref(t, k, w[o] + (size_t)j * rb, q8) + extra);
                 g[i * n + j] = got[i * ldy + j];
                 mag[i * n + j] = kmag(wrow, xr + i * k, k) + fabs(extra);
             }
@@ -212,11 +295,14 @@ static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, i
         }
         kcheck(g, want, mag, m * n, 2e-5, "gemv_q8 %s k=%lld output %d n=%lld m=%d", dtype_get(t)->name, (long long)k, o,
                (long long)n, m);
+        kcheck(g, cpu, mag, m * n, 2e-5, "gemv_q8 %s k=%lld output %d n=%lld m=%d against vec_dot_ref", dtype_get(t)->name,
+               (long long)k, o, (long long)n, m);
         if (guards) ktest_fail("gemv_q8 %s k=%lld n=%lld m=%d: %lld padding values of y overwritten", dtype_get(t)->name,
                                (long long)k, (long long)n, m, (long long)guards);
         free(got);
         free(want);
         free(g);
+        free(cpu);
         free(mag);
         free(w[o]);
         free(y[o]);
@@ -235,15 +321,20 @@ static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, i
 }
 
 static void test_gemv_q8(krng *r) {
-    const enum dtype types[] = {DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_1, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K};
+    enum dtype types[DTYPE_COUNT];
+    const int n_types = all_types(types, true);
     const int64_t ns[][3] = {{37, 5, 130}, {1, 64, 9}, {300, 31, 2}};
-    for (size_t ti = 0; ti < NM_ARRAY_LEN(types); ti++) {
+    for (int ti = 0; ti < n_types; ti++) {
         const enum dtype t = types[ti];
-        if (!cuk_gemv_q8_supported(t)) ktest_fail("cuk_gemv_q8_supported(%s) is false", dtype_get(t)->name);
+        if (!cuk_gemv_q8_supported(t)) {
+            ktest_fail("cuk_gemv_q8_supported(%s) is false", dtype_get(t)->name);
+            continue;
+        }
         const bool kq = dtype_get(t)->blck_size == 256;
-        const int64_t ks_small[] = {32, 96, 896, 4096}, ks_k[] = {256, 768, 4096};
+        /* the last k spans two of the kernel's 128-unit stages, the second one partly (32-value units) */
+        const int64_t ks_small[] = {32, 96, 896, 4096, 4096 + 96}, ks_k[] = {256, 768, 4096, 4096 + 512};
         const int64_t *ks = kq ? ks_k : ks_small;
-        const int nk = kq ? 3 : 4;
+        const int nk = kq ? 4 : 5;
         for (int a = 0; a < nk; a++)
             for (int m = 1; m <= CUK_GEMV_MAX_ROWS; m++) check_gemv_q8(r, t, ks[a], ns[(a + m) % 3], 1 + (a + m) % 3, m);
         printf("gemv_q8 %s: checked (worst normalized error so far %.2e)\n", dtype_get(t)->name, ktest_worst_err);
@@ -672,6 +763,7 @@ int main(int argc, char **argv) {
     }
     krng r = {ktest_seed};
     test_matmul(&r);
+    test_dequant_tiles(&r);
     test_gemv_q8(&r);
     test_elementwise(&r);
     test_rope_store(&r);

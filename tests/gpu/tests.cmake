@@ -3,15 +3,39 @@
 set(NM_GTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 nm_add_test(test_gpu_kernels SOURCES ${NM_GTEST_DIR}/test_gpu_kernels.c LIBS nm_cuda nm_kernels LABELS gpu)
 target_include_directories(test_gpu_kernels PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+# The device code of the block decoder types (kernels/cuda/cuk_blocks.cuh) run on the host against
+# the plain-C references: built where nvcc is, needs no device (so it runs with the kernel tests).
+if(NM_HAVE_CUDA)
+  add_library(blocks_host_rows OBJECT ${NM_GTEST_DIR}/blocks_host_rows.c) # C: ktest.h's helpers
+  target_include_directories(blocks_host_rows PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
+  target_link_libraries(blocks_host_rows PRIVATE nm_kernels)
+  nm_add_test(test_gpu_blocks_host SOURCES ${NM_GTEST_DIR}/test_gpu_blocks_host.cu $<TARGET_OBJECTS:blocks_host_rows>
+              LIBS nm_cuda nm_kernels LABELS "kernels;gpu")
+  # nvcc's own warning flags, as kernels/cuda/cuda.cmake gives nm_cuda
+  set_property(TARGET test_gpu_blocks_host PROPERTY COMPILE_OPTIONS "")
+  target_compile_options(test_gpu_blocks_host PRIVATE -Xcompiler=-Wall,-Wno-unused-parameter)
+  if(NM_WERROR)
+    target_compile_options(test_gpu_blocks_host PRIVATE -Werror=all-warnings)
+  endif()
+  set_target_properties(test_gpu_blocks_host PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+endif()
 
-# The stage against the CPU engine: every tiny preset in every weight type, layer_first 0, 1,
-# n_layer/2 and n_layer; one 2100-token prompt in chunks of 512.
+# The stage against the CPU engine: every tiny preset in the written-out weight types and five
+# types of the block decoder interface (kernels/blocks/block.h: a 32-value block, a K-quant with
+# offsets, a 256-value table type and two grid types, which all share one CUDA template), the
+# other eight decoder types on tiny-llama; layer_first 0, 1, n_layer/2 and n_layer; one
+# 2100-token prompt in chunks of 512.
 add_executable(test_gpu_stage ${NM_GTEST_DIR}/test_gpu_stage.c)
 target_link_libraries(test_gpu_stage PRIVATE nm_rank)
 set(NM_GPU_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
-set(NM_GPU_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k)
+set(NM_GPU_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q5_0 q2_k iq4_xs iq2_xxs iq1_m)
+set(NM_GPU_TYPES_ONE q5_1 q3_k iq4_nl iq2_xs iq2_s iq3_xxs iq3_s iq1_s) # tiny-llama only
 foreach(preset ${NM_GPU_PRESETS})
-  foreach(type ${NM_GPU_TYPES})
+  set(types ${NM_GPU_TYPES})
+  if(preset STREQUAL "tiny-llama")
+    list(APPEND types ${NM_GPU_TYPES_ONE})
+  endif()
+  foreach(type ${types})
     add_test(NAME gpu_stage_${preset}_${type}
              COMMAND test_gpu_stage ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/gpu_models)
     set_tests_properties(gpu_stage_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
@@ -42,6 +66,17 @@ foreach(preset tiny-llama tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
     set_tests_properties(gpu_pipeline_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600
                          ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
   endforeach()
+endforeach()
+# Two types of the block decoder interface through the split: a K-quant with offsets on a dense
+# model, a grid type on the MoE model (its expert matmuls: the f32-activation GEMV on the device).
+foreach(case "tiny-llama;q2_k" "tiny-qwen3moe;iq2_xxs")
+  list(GET case 0 preset)
+  list(GET case 1 type)
+  add_test(NAME gpu_pipeline_${preset}_${type}
+           COMMAND bash ${NM_GTEST_DIR}/pipeline.sh $<TARGET_FILE:numallm> ${preset} ${type}
+                   ${CMAKE_CURRENT_BINARY_DIR}/pipeline/${preset}_${type})
+  set_tests_properties(gpu_pipeline_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600
+                       ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
 endforeach()
 # A 2100-token prompt through the pipeline with -ngl 1 and 2 (the CPU and the stage both chunk it):
 # a dense model in Q4_0, and the MoE model in F32 (with quantized weights the GPU's prompt GEMM
