@@ -63,13 +63,16 @@ struct reader {
     bool role_sent, ended;
 };
 
-/* Whether the client closed its end: a peek at the socket reads end-of-file or an error. */
-static bool client_gone(struct MHD_Connection *c) {
+/* Whether the client closed its end: a peek at the socket reads end-of-file or a reset. */
+static bool client_gone(struct MHD_Connection *c, uint64_t id) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return false;
     char b;
     const ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    const bool gone = k == 0 || (k < 0 && (errno == ECONNRESET || errno == EPIPE || errno == ENOTCONN));
+    if (gone) nm_log_info("serve: request %llu: the client went away (%s)", (unsigned long long)id,
+                          k == 0 ? "end of stream" : strerror(errno));
+    return gone;
 }
 
 static void out_add(struct reader *rd, const char *s, bool sse) {
@@ -107,7 +110,7 @@ static bool reader_produce(struct reader *rd) {
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(rd->c)) {
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(rd->c, r->id)) {
             r->cancelled = true; /* the scheduler frees the slot at its next step */
             pthread_mutex_unlock(&r->mu);
             return false;

@@ -120,6 +120,7 @@ struct slot {
     struct sampler *smp;      /* every rank: this slot's sampler */
     int32_t *tokens;          /* [n_ctx_slot] what its KV cache holds (rank 0) */
     int64_t n_tokens;
+    int64_t n_prefill;        /* how many of them were evaluated as prompt rows (rank 0): reusable */
     int64_t n_done;           /* prompt tokens in the cache (rank 0) */
     int32_t next;             /* SLOT_DECODE: the token to evaluate next */
     struct tok_stream *ts;    /* rank 0: detokenizer of the request's output */
@@ -369,10 +370,12 @@ static void slot_deliver(struct serve_sched *sc, struct slot *sl, int32_t tok) {
 /* ---- rank 0: forming a step -------------------------------------------------------------- */
 
 /* Common prefix of what the slot holds and the prompt, capped so that at least two prompt
- * tokens run (or the one of a one-token prompt): see scheduler.h. */
+ * tokens run (or the one of a one-token prompt), and to positions the slot evaluated as prompt
+ * rows: a generated token's K and V came from a decode row, whose attention kernel is not the
+ * prompt's (forward.h), so reusing them would change the bits. See scheduler.h. */
 static int64_t reusable(const struct slot *sl, const struct serve_request *r) {
     int64_t k = 0;
-    while (k < sl->n_tokens && k < r->n_prompt && sl->tokens[k] == r->prompt[k]) k++;
+    while (k < sl->n_prefill && k < sl->n_tokens && k < r->n_prompt && sl->tokens[k] == r->prompt[k]) k++;
     return NM_MIN(k, NM_MAX(r->n_prompt - 2, 0));
 }
 
@@ -418,6 +421,7 @@ static void assign_slots(struct serve_sched *sc) {
         sl->state = SLOT_PREFILL;
         sl->n_done = best_keep;
         sl->n_tokens = best_keep;
+        sl->n_prefill = r->n_prompt; /* the rest of the prompt runs as prompt rows */
         sl->n_pending = 0;
         sl->t_start = nm_time_s();
         sl->t_first = 0;

@@ -11,8 +11,9 @@
  * prompts of slots that are filling, under a budget of n_batch rows (chunked prefill: a long
  * prompt does not stall the running streams). A prompt is never cut into a one-row piece unless
  * it has one row left in all, and a slot reuses at most all but two of a prompt's tokens from
- * what it already holds, so that a request gets the same tokens alone or in company (forward.h,
- * batch invariance). */
+ * what it already holds, and only positions it evaluated as prompt rows (not a previous answer),
+ * so that a request gets the same tokens alone or in company, whatever the slot held before
+ * (forward.h, batch invariance). */
 #ifndef NM_SERVE_SCHED_H
 #define NM_SERVE_SCHED_H
 

@@ -135,14 +135,15 @@ for i in $(seq 1 16); do
   curl -s --max-time 120 -d @"req$i.json" "$URL/v1/completions" | jget 'json.dumps(d["choices"][0]["text"])' >"alone$i.txt"
 done
 for i in $(seq 1 16); do
-  (sleep "0.0$((i % 4))"; curl -s --max-time 120 -d @"req$i.json" "$URL/v1/completions" |
-    jget 'json.dumps(d["choices"][0]["text"])' >"together$i.txt") &
+  (sleep "0.0$((i % 4))"; curl -s --max-time 120 -o "together$i.raw" -d @"req$i.json" "$URL/v1/completions"
+   echo "curl exit status $?" >"together$i.rc"
+   jget 'json.dumps(d["choices"][0]["text"])' <"together$i.raw" >"together$i.txt") &
 done
 wait_jobs() { for j in $(jobs -p); do [ "$j" = "$PID" ] || wait "$j"; done; }
 wait_jobs
 for i in $(seq 1 16); do
   [ -s "alone$i.txt" ] && cmp -s "alone$i.txt" "together$i.txt" ||
-    fail "request $i: alone $(cat "alone$i.txt"), among 16 concurrent $(cat "together$i.txt")"
+    fail "request $i: alone $(cat "alone$i.txt"), among 16 concurrent $(cat "together$i.txt") ($(cat "together$i.rc"): $(cat "together$i.raw"))"
 done
 curl -s --max-time 30 "$URL/metrics" >metrics.txt
 grep -q '^numallm_requests_total ' metrics.txt || fail "/metrics: $(head -5 metrics.txt)"
@@ -150,7 +151,8 @@ grep -q '^numallm_requests_total ' metrics.txt || fail "/metrics: $(head -5 metr
 import sys
 m = dict(l.split() for l in open('metrics.txt') if l.startswith('numallm_'))
 assert float(m['numallm_batch_rows_total']) > float(m['numallm_steps_total']), m  # rows were batched
-" || fail "no step batched several rows: $(grep -E 'steps|rows' metrics.txt)"
+assert float(m['numallm_prompt_tokens_cached_total']) > 0, m  # repeated prompts reused their prefix
+" || fail "no step batched several rows, or no prefix was reused: $(grep -E 'steps|rows|cached' metrics.txt)"
 
 # ---- a client that goes away frees its slot ----
 curl -sN --max-time 2 -d '{"prompt": "Go on", "max_tokens": 100000, "ignore_eos": true, "stream": true}' \
