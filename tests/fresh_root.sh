@@ -18,7 +18,8 @@
 # Environment: NM_FRESH_CACHE (root tarballs, default /var/cache/numallm-ci), NM_FRESH_DIR
 # (where the root is unpacked, default /var/tmp; the builds take about 3 GB), NM_FRESH_SOURCES
 # (an apt sources file for the root, default this machine's Debian bookworm entries),
-# NM_FRESH_LIMIT_S (seconds a command may run before it is stopped as hung, default 3600).
+# NM_FRESH_LIMIT_S (seconds a command may run before it is stopped as hung, default 3600),
+# NM_FRESH_DEADLINE (a time, in seconds since 1970, by which every command is stopped: CI's).
 # The tarball is keyed by the apt sources, the mmdebstrap options and the UTC date; a build is
 # never cached. Exit: 0 both commands exited 0; 1 one failed; 2 the root could not be made.
 set -euo pipefail
@@ -129,7 +130,10 @@ run_as="" home=/root
 # that hangs is stopped after NM_FRESH_LIMIT_S, and with it every process in the root (timeout
 # stops unshare, which SIGKILLs the namespace's first process: --kill-child).
 in_root() {
-  timeout -k 30 "${NM_FRESH_LIMIT_S:-3600}" unshare --mount --pid --fork --kill-child --propagation private /bin/bash -c '
+  local limit=${NM_FRESH_LIMIT_S:-3600}
+  [ -z "${NM_FRESH_DEADLINE:-}" ] || limit=$((NM_FRESH_DEADLINE - $(date +%s)))
+  [ "$limit" -gt 0 ] || limit=1
+  timeout -k 30 "$limit" unshare --mount --pid --fork --kill-child --propagation private /bin/bash -c '
     set -e
     R=$1 S=$2
     mount -t proc proc "$R/proc"
