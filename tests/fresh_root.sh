@@ -172,6 +172,7 @@ for i in 0 1; do
   grep -E '^(-- )?numallm: optional parts|^setup: |^\| *qwen|tests passed|^== |\(Skipped\)|Failed|Not Run' \
     "$log_dir/cmd$((i + 1)).log" | sed 's/^/  /' || true
   if [ $rc != 0 ]; then
+    [ $rc != 124 ] || say "stopped: it ran past NM_FRESH_LIMIT_S or NM_FRESH_DEADLINE"
     say "FAIL: \"$cmd\" exited $rc; its last lines:"
     tail -40 "$log_dir/cmd$((i + 1)).log" | sed 's/^/  | /'
     status=1
