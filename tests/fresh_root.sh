@@ -17,7 +17,9 @@
 #   --keep               keep the root's directory afterwards (its path is printed)
 # Environment: NM_FRESH_CACHE (root tarballs, default /var/cache/numallm-ci), NM_FRESH_DIR
 # (where the root is unpacked, default /var/tmp; the builds take about 3 GB), NM_FRESH_SOURCES
-# (an apt sources file for the root, default this machine's Debian bookworm entries).
+# (an apt sources file for the root, default this machine's Debian bookworm entries),
+# NM_FRESH_LIMIT_S (seconds a command may run before it is stopped as hung, default 3600),
+# NM_FRESH_DEADLINE (a time, in seconds since 1970, by which every command is stopped: CI's).
 # The tarball is keyed by the apt sources, the mmdebstrap options and the UTC date; a build is
 # never cached. Exit: 0 both commands exited 0; 1 one failed; 2 the root could not be made.
 set -euo pipefail
@@ -68,6 +70,7 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT   # the EXIT trap runs on these too; --kill-child below ends the root's processes
 if [ -n "${NM_FRESH_SOURCES:-}" ]; then
   cp "$NM_FRESH_SOURCES" "$sources"
 else
@@ -123,9 +126,14 @@ if [ ${#without[@]} -gt 0 ]; then
   say "made unavailable in the root: ${without[*]}"
 fi
 run_as="" home=/root
-# in_root SCRIPT: runs SCRIPT in the root with its own mounts, in a clean environment.
+# in_root SCRIPT: runs SCRIPT in the root with its own mounts, in a clean environment. A SCRIPT
+# that hangs is stopped after NM_FRESH_LIMIT_S, and with it every process in the root (timeout
+# stops unshare, which SIGKILLs the namespace's first process: --kill-child).
 in_root() {
-  unshare --mount --pid --fork --propagation private /bin/bash -c '
+  local limit=${NM_FRESH_LIMIT_S:-3600}
+  [ -z "${NM_FRESH_DEADLINE:-}" ] || limit=$((NM_FRESH_DEADLINE - $(date +%s)))
+  [ "$limit" -gt 0 ] || limit=1
+  timeout -k 30 "$limit" unshare --mount --pid --fork --kill-child --propagation private /bin/bash -c '
     set -e
     R=$1 S=$2
     mount -t proc proc "$R/proc"
@@ -164,6 +172,7 @@ for i in 0 1; do
   grep -E '^(-- )?numallm: optional parts|^setup: |^\| *qwen|tests passed|^== |\(Skipped\)|Failed|Not Run' \
     "$log_dir/cmd$((i + 1)).log" | sed 's/^/  /' || true
   if [ $rc != 0 ]; then
+    [ $rc != 124 ] || say "stopped: it ran past NM_FRESH_LIMIT_S or NM_FRESH_DEADLINE"
     say "FAIL: \"$cmd\" exited $rc; its last lines:"
     tail -40 "$log_dir/cmd$((i + 1)).log" | sed 's/^/  | /'
     status=1
