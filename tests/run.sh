@@ -18,6 +18,9 @@ status=0
 echo "== Release build =="
 (cd build && ctest --output-on-failure -j "$jobs" "$@") || status=1
 echo "== Sanitizer build (address, undefined) =="
-# The fuzzer builds its own instrumented binary and benchmarks are not tests: run them once.
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE 'fuzz|slow' "$@") || status=1
+# The fuzzer builds its own instrumented binary and benchmarks are not tests: run them once. The
+# sanitizer build also leaves out the tests labelled slow (the block types' whole-model tests and
+# most of llama.cpp's files: their decoders' own tests run here) and tp (1-4 ranks under mpirun, the
+# same code paths as one rank plus the collectives, whose own tests run here): both run above.
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j "$jobs" -LE 'fuzz|slow|tp' "$@") || status=1
 exit $status
