@@ -493,6 +493,12 @@ template <class D> QB<D> qb_make(enum dtype t) {
     return q;
 }
 
+/* One case of with_qt / with_qv per type of the block decoder interface: its QB decoder. */
+#define QB_CASE(T, t)                  \
+    case DTYPE_##T:                    \
+        f(qb_make<dec_##t>(DTYPE_##T)); \
+        break;
+
 /* f(q) with q the value decoder (QT) of type t: the written-out types, then every type of the
  * block decoder interface. Fatal for a type without one (callers check
  * cuk_matmul_type_supported). */
@@ -507,12 +513,7 @@ template <class F> void with_qt(enum dtype t, F &&f) {
     case DTYPE_F16: f(QT<DTYPE_F16>()); break;
     case DTYPE_BF16: f(QT<DTYPE_BF16>()); break;
     case DTYPE_F32: f(QT<DTYPE_F32>()); break;
-#define QB_CASE(T, t)                  \
-    case DTYPE_##T:                    \
-        f(qb_make<dec_##t>(DTYPE_##T)); \
-        break;
         BLOCK_TYPES(QB_CASE)
-#undef QB_CASE
     default: nm_fatal("cuk: weight type %d has no CUDA kernel", (int)t);
     }
 }
@@ -526,12 +527,7 @@ template <class F> void with_qv(enum dtype t, F &&f) {
     case DTYPE_Q4_K: f(QV<DTYPE_Q4_K>()); break;
     case DTYPE_Q5_K: f(QV<DTYPE_Q5_K>()); break;
     case DTYPE_Q6_K: f(QV<DTYPE_Q6_K>()); break;
-#define QB_CASE(T, t)                  \
-    case DTYPE_##T:                    \
-        f(qb_make<dec_##t>(DTYPE_##T)); \
-        break;
         BLOCK_TYPES(QB_CASE)
-#undef QB_CASE
     default: nm_fatal("cuk_gemv_q8: weight type %d has no int8 GEMV (a caller did not check cuk_gemv_q8_supported)",
                       (int)t);
     }

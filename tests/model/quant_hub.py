@@ -23,6 +23,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
+import compare_logits  # noqa: E402  (its NMLG reader)
+
 MAX_REL = 0.15
 NMSE = 1e-2
 NEAR_TIE = 0.05
@@ -46,20 +49,9 @@ def read_lgt(path):
 
 
 def read_nmlg(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    magic, version, n_vocab, n_rows = struct.unpack_from("<4sIII", data, 0)
-    if magic != b"NMLG" or version != 1:
-        raise SystemExit("%s: not an NMLG v1 logits dump" % path)
-    rows, off = [], 16
-    for _ in range(n_rows):
-        kind, pos, token = struct.unpack_from("<iii", data, off)
-        off += 12
-        v = array.array("f")
-        v.frombytes(data[off:off + 4 * n_vocab])
-        off += 4 * n_vocab
-        rows.append((pos, token, v))
-    return n_vocab, rows
+    """(n_vocab, [(pos, token, logits)]) of an NMLG dump (compare_logits.read's rows)."""
+    n_vocab, rows = compare_logits.read(path)
+    return n_vocab, [(pos, token, v) for (_, pos, token), v in rows]
 
 
 def tokens_of(txt):
