@@ -16,20 +16,13 @@ static void iq2_s_decode(const void *blk, int j, struct block_sub32 *out) { iq2_
 static void iq2_s_quantize(const float *x, void *blk) {
     block_iq2_s *b = blk;
     const struct iq_lut *L = iq_lut_get(IQ_GRID_IQ2S);
-    float want[16], wmax = 0.0f;
-    for (int h = 0; h < 16; h++) {
-        float amax = 0.0f;
-        for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[16 * h + l]));
-        want[h] = amax / 43.0f;
-        wmax = fmaxf(wmax, want[h]);
-    }
-    const uint16_t dh = fp32_to_fp16(wmax / 3.875f); /* (0.5 + 15) * 0.25 */
+    uint8_t sc[16];
+    const uint16_t dh = iq2_half_scales(x, sc);
     const float d = fp16_to_fp32(dh);
     memset(b->qh, 0, sizeof b->qh);
     for (int h = 0; h < 16; h++) {
         const int j = h / 2;
-        int s = d > 0.0f ? (int)nearbyintf(want[h] / d * 4.0f - 0.5f) : 0;
-        s = s < 0 ? 0 : s > 15 ? 15 : s;
+        const int s = sc[h];
         const float db = d * (0.5f + (float)s) * 0.25f;
         if (h % 2 == 0) b->scales[j] = (uint8_t)s;
         else b->scales[j] |= (uint8_t)(s << 4);

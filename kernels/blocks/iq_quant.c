@@ -6,6 +6,7 @@
 
 #include "base.h"
 #include "iq_common.h"
+#include "types.h"
 
 /* The largest tables: 3^8 tuples, 2048 entries of 8. */
 #define IQ_MAX_KEYS 6561
@@ -126,4 +127,21 @@ float iq1_scale_target(const float *x, int n) {
     float sum = 0.0f;
     for (int i = 0; i < n; i++) sum += x[i] * x[i];
     return IQ1_SCALE_PER_RMS * sqrtf(sum / (float)n);
+}
+
+uint16_t iq2_half_scales(const float *x, uint8_t s[16]) {
+    float want[16], wmax = 0.0f;
+    for (int h = 0; h < 16; h++) {
+        float amax = 0.0f;
+        for (int l = 0; l < 16; l++) amax = fmaxf(amax, fabsf(x[16 * h + l]));
+        want[h] = amax / 43.0f;
+        wmax = fmaxf(wmax, want[h]);
+    }
+    const uint16_t dh = fp32_to_fp16(wmax / 3.875f); /* (0.5 + 15) * 0.25 */
+    const float d = fp16_to_fp32(dh);
+    for (int h = 0; h < 16; h++) {
+        const int v = d > 0.0f ? (int)nearbyintf(want[h] / d * 4.0f - 0.5f) : 0;
+        s[h] = (uint8_t)(v < 0 ? 0 : v > 15 ? 15 : v);
+    }
+    return dh;
 }

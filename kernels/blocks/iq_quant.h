@@ -69,4 +69,9 @@ float iq1_scale_target(const float *x, int n);
  * entry and sets *err to the squared error. */
 int iq1_quantize8(const struct iq_lut *L, const float *x, float dl, float delta, float *err);
 
+/* IQ2_XS and IQ2_S: one fp16 d per block and a 4-bit scale s per 16 values, the half's values
+ * being d * (0.5 + s) / 4 times grid magnitudes up to 43. d maps the largest half's max |x| to
+ * s = 15; each half's s is rounded from its own max |x| (clamped to 0..15). Returns d's bits. */
+uint16_t iq2_half_scales(const float *x, uint8_t s[16]);
+
 #endif
