@@ -39,6 +39,9 @@ struct pool {
     pool_fn fn;
     void *ctx;
     bool bound; /* every worker, the caller included, is bound to workers[i].cpu */
+    bool profile;       /* pool_set_profile */
+    atomic_ullong busy_ns; /* pool_stats */
+    uint64_t jobs, wall_ns;
 };
 
 static bool bind_to_cpu(pthread_t t, int cpu) {
@@ -89,7 +92,13 @@ static void *worker_main(void *arg) {
             t0 = 0;
         }
         seen = gen;
-        p->fn(p->ctx, w->ith, p->n);
+        if (p->profile) {
+            const uint64_t b0 = nm_time_ns();
+            p->fn(p->ctx, w->ith, p->n);
+            atomic_fetch_add_explicit(&p->busy_ns, nm_time_ns() - b0, memory_order_relaxed);
+        } else {
+            p->fn(p->ctx, w->ith, p->n);
+        }
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
     }
 }
@@ -135,8 +144,14 @@ void pool_free(struct pool *p) {
 int pool_size(const struct pool *p) { return p->n; }
 
 void pool_run(struct pool *p, pool_fn fn, void *ctx) {
+    const uint64_t t0 = p->profile ? nm_time_ns() : 0;
     if (p->n == 1) {
         fn(ctx, 0, 1);
+        if (p->profile) {
+            const uint64_t dt = nm_time_ns() - t0;
+            p->jobs++, p->wall_ns += dt;
+            atomic_fetch_add_explicit(&p->busy_ns, dt, memory_order_relaxed);
+        }
         return;
     }
     p->fn = fn;
@@ -149,10 +164,20 @@ void pool_run(struct pool *p, pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
     fn(ctx, 0, p->n);
+    if (p->profile) atomic_fetch_add_explicit(&p->busy_ns, nm_time_ns() - t0, memory_order_relaxed);
     unsigned iter = 0;
-    uint64_t t0 = 0;
+    uint64_t w0 = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-        if (!wait_step(&t0, &iter)) sched_yield(); /* workers are running their share: keep yielding */
+        if (!wait_step(&w0, &iter)) sched_yield(); /* workers are running their share: keep yielding */
+    if (p->profile) p->jobs++, p->wall_ns += nm_time_ns() - t0;
+}
+
+void pool_set_profile(struct pool *p, bool on) { p->profile = on; }
+
+void pool_get_stats(const struct pool *p, struct pool_stats *out) {
+    out->jobs = p->jobs;
+    out->wall_ns = p->wall_ns;
+    out->busy_ns = atomic_load_explicit(&p->busy_ns, memory_order_relaxed);
 }
 
 int pool_cpu(const struct pool *p, int i) {

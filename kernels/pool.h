@@ -3,6 +3,9 @@
 #ifndef NM_POOL_H
 #define NM_POOL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 struct pool;
 
 /* Job body: called once on every worker with its index ith in [0, nth). */
@@ -19,6 +22,17 @@ int pool_cpu(const struct pool *p, int i);
 
 /* Run fn on every worker and return when all have finished. Not reentrant. */
 void pool_run(struct pool *p, pool_fn fn, void *ctx);
+
+/* Busy-time accounting, for profiles (NM_PROFILE): once on, every pool_run adds its wall time
+ * and each worker's time inside the job body. Off by default (two clock reads per worker per
+ * job when on). */
+struct pool_stats {
+    uint64_t jobs;    /* pool_run calls */
+    uint64_t wall_ns; /* their wall time, summed */
+    uint64_t busy_ns; /* the workers' time inside the job bodies, summed over workers */
+};
+void pool_set_profile(struct pool *p, bool on);
+void pool_get_stats(const struct pool *p, struct pool_stats *out);
 
 /* Split [0, n) into nth nearly equal ranges, rounded to multiples of `align` (except the end);
  * worker ith gets [*lo, *hi). */

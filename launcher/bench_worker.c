@@ -205,8 +205,8 @@ static enum nm_status run_tests(struct worker *w) {
             if (t->n_gen > 0 && (st = eval_gen(w, 1))) return st;
         }
         uint64_t ns[WORKER_MAX_REPS], ns_all = 0;
-        double ph0[ENGINE_PH_N], ph1[ENGINE_PH_N];
-        engine_phase_seconds(s->e, ph0);
+        struct engine_times ph0, ph1;
+        engine_phase_seconds(s->e, &ph0);
         for (int r = 0; r < o->reps; r++) {
             tick_start(w, ti, r + 1, t->n_prompt + t->n_gen);
             engine_truncate(s->e, t->n_depth);
@@ -222,8 +222,8 @@ static enum nm_status run_tests(struct worker *w) {
         }
         if (s->rank == 0 && w->profile) { /* NM_PROFILE=1: where the timed repetitions went */
             char line[512];
-            engine_phase_seconds(s->e, ph1);
-            engine_phase_report(ph0, ph1, (double)ns_all * 1e-9, line, sizeof line);
+            engine_phase_seconds(s->e, &ph1);
+            engine_phase_report(&ph0, &ph1, (double)ns_all * 1e-9, line, sizeof line);
             fprintf(stderr, "profile: test %d (pp %d, tg %d, depth %d), rank 0: %s\n", ti, t->n_prompt, t->n_gen,
                     t->n_depth, line);
         }

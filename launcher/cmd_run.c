@@ -142,7 +142,7 @@ struct gen {
     int32_t eos;
     int n_eval;             /* forward passes made while generating */
     double t_gen;
-    double ph_prompt[ENGINE_PH_N], ph_gen[ENGINE_PH_N]; /* engine phase seconds (NM_PROFILE) */
+    struct engine_times ph_prompt, ph_gen; /* engine phase times (NM_PROFILE) */
 };
 
 static bool is_end(const struct gen *g, int32_t tok) {
@@ -170,8 +170,8 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
     /* With the head on the GPU and a top-k sampler, only the candidates come back (no logits). */
     const bool on_stage = engine_samples_on_stage(s->e, g->smp) && !g->dump;
     const double t0 = nm_time_s();
-    double ph0[ENGINE_PH_N], ph1[ENGINE_PH_N];
-    engine_phase_seconds(s->e, ph0);
+    struct engine_times ph0, ph1;
+    engine_phase_seconds(s->e, &ph0);
     for (long long i = 0; i < g->o->n_predict; i++) {
         const int32_t tok = engine_sample(s->e, g->smp, g->logits);
         sampler_accept(g->smp, tok);
@@ -203,8 +203,8 @@ static enum nm_status generate(struct gen *g, int32_t **out, size_t *n_out, char
         fwrite(p, 1, n, stdout);
     }
     g->t_gen += nm_time_s() - t0;
-    engine_phase_seconds(s->e, ph1);
-    for (int i = 0; i < ENGINE_PH_N; i++) g->ph_gen[i] += ph1[i] - ph0[i];
+    engine_phase_seconds(s->e, &ph1);
+    engine_times_add_diff(&g->ph_gen, &ph0, &ph1);
     return NM_OK;
 }
 
@@ -227,13 +227,12 @@ static void print_summary(const struct gen *g, int n_prompt, double t_prompt, do
     }
     if (engine_profile_requested()) { /* time by forward-pass phase, prompt and generation */
         char line[512];
-        const double zero[ENGINE_PH_N] = {0};
         if (n_prompt > 0) {
-            engine_phase_report(zero, g->ph_prompt, t_prompt, line, sizeof line);
+            engine_phase_report(NULL, &g->ph_prompt, t_prompt, line, sizeof line);
             nm_log_info("profile, prompt:     %s", line);
         }
         if (g->n_eval > 0) {
-            engine_phase_report(zero, g->ph_gen, g->t_gen, line, sizeof line);
+            engine_phase_report(NULL, &g->ph_gen, g->t_gen, line, sizeof line);
             nm_log_info("profile, generation: %s", line);
         }
     }
@@ -334,12 +333,12 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
     }
 
     const double t0 = nm_time_s();
-    double ph0[ENGINE_PH_N];
-    engine_phase_seconds(s->e, ph0);
+    struct engine_times ph0, ph1;
+    engine_phase_seconds(s->e, &ph0);
     if ((st = engine_eval(s->e, prompt, (int)n_prompt, all, logits, err, errlen))) goto out;
     const double t_prompt = nm_time_s() - t0, coll_prompt = engine_coll_seconds(s->e);
-    engine_phase_seconds(s->e, g.ph_prompt);
-    for (int i = 0; i < ENGINE_PH_N; i++) g.ph_prompt[i] -= ph0[i];
+    engine_phase_seconds(s->e, &ph1);
+    engine_times_add_diff(&g.ph_prompt, &ph0, &ph1);
     engine_set_layer_hook(s->e, NULL, NULL);
     engine_set_route_hook(s->e, NULL, NULL);
     dump_routes_close(&drt);

@@ -29,7 +29,9 @@ struct engine {
     const struct model *m;
     struct pool *pool;
     struct coll *coll;
-    double t_phase[ENGINE_PH_N]; /* wall seconds per phase since engine_init (engine_phase_seconds) */
+    struct engine_times t;       /* per phase since engine_init (engine_phase_seconds) */
+    bool profile;                /* NM_PROFILE: the pool's busy time per phase too */
+    struct pool_stats ps_last;   /* the pool's accounting at the last phase_end */
     struct kv_cache kv;
     /* This rank's sizes (shard.h): heads, KV heads, n_ff columns, vocabulary rows, and the
      * attn_output input: wo_k columns of which the rank's heads start at wo_off. */
@@ -94,7 +96,14 @@ static float *alloc_f32(int64_t n, const char *what) { return nm_alloc((size_t)n
  * phase (pool jobs run inside, so this is the time the forward pass spends in it). */
 static uint64_t phase_begin(void) { return nm_time_ns(); }
 static void phase_end(struct engine *e, enum engine_phase ph, uint64_t t0) {
-    e->t_phase[ph] += (double)(nm_time_ns() - t0) * 1e-9;
+    e->t.s[ph] += (double)(nm_time_ns() - t0) * 1e-9;
+    if (e->profile) { /* pool jobs since the last phase_end belong to this phase */
+        struct pool_stats ps;
+        pool_get_stats(e->pool, &ps);
+        e->t.busy[ph] += (double)(ps.busy_ns - e->ps_last.busy_ns) * 1e-9;
+        e->t.jobs[ph] += (double)(ps.wall_ns - e->ps_last.wall_ns) * 1e-9 * pool_size(e->pool);
+        e->ps_last = ps;
+    }
 }
 
 /* oneDNN, where tests/bench/RESULTS.md ("oneDNN as a candidate") measured it faster than
@@ -206,6 +215,11 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     else engine_keep_rows_invariant(e);
     e->pool = pool;
     e->coll = coll;
+    e->profile = engine_profile_requested();
+    if (e->profile) {
+        pool_set_profile(pool, true);
+        pool_get_stats(pool, &e->ps_last);
+    }
     e->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
     e->seq_pos = calloc((size_t)n_seq, sizeof *e->seq_pos);
     e->seq_seen = calloc((size_t)n_seq, sizeof *e->seq_seen);
@@ -353,10 +367,16 @@ void engine_set_route_hook(struct engine *e, engine_route_hook hook, void *ctx) 
     e->route_hook = hook;
     e->route_hook_ctx = ctx;
 }
-double engine_coll_seconds(const struct engine *e) { return e->t_phase[ENGINE_PH_COLL]; }
+double engine_coll_seconds(const struct engine *e) { return e->t.s[ENGINE_PH_COLL]; }
 
-void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]) {
-    memcpy(out, e->t_phase, sizeof e->t_phase);
+void engine_phase_seconds(const struct engine *e, struct engine_times *out) { *out = e->t; }
+
+void engine_times_add_diff(struct engine_times *acc, const struct engine_times *before, const struct engine_times *after) {
+    for (int i = 0; i < ENGINE_PH_N; i++) {
+        acc->s[i] += after->s[i] - before->s[i];
+        acc->busy[i] += after->busy[i] - before->busy[i];
+        acc->jobs[i] += after->jobs[i] - before->jobs[i];
+    }
 }
 
 bool engine_profile_requested(void) {
@@ -369,17 +389,22 @@ const char *engine_phase_name(enum engine_phase ph) {
     return ph < ENGINE_PH_N ? names[ph] : "?";
 }
 
-size_t engine_phase_report(const double before[ENGINE_PH_N], const double after[ENGINE_PH_N], double total_s,
+size_t engine_phase_report(const struct engine_times *before, const struct engine_times *after, double total_s,
                            char *buf, size_t len) {
+    static const struct engine_times zero;
+    if (!before) before = &zero;
     size_t used = 0;
     double sum = 0;
     buf[0] = 0;
     for (int i = 0; i < ENGINE_PH_N; i++) {
-        const double d = after[i] - before[i];
+        const double d = after->s[i] - before->s[i];
+        const double busy = after->busy[i] - before->busy[i], jobs = after->jobs[i] - before->jobs[i];
         sum += d;
         if (d > 0 && used < len)
             used += (size_t)snprintf(buf + used, len - used, "%s%s %.1f%%", used ? ", " : "",
                                      engine_phase_name((enum engine_phase)i), total_s > 0 ? 100 * d / total_s : 0.0);
+        if (d > 0 && jobs > 0 && used < len)
+            used += (size_t)snprintf(buf + used, len - used, " (threads busy %.0f%%)", 100 * busy / jobs);
     }
     if (used < len)
         snprintf(buf + used, len - used, "%sother %.1f%%", used ? ", " : "",
@@ -767,8 +792,8 @@ static void eval_batch(struct engine *e, float *logits) {
     }
     if (!any_logits(b) && !e->hook) return;
     /* The head's norm and matmul count as the head, not as layer work. */
-    double layers[ENGINE_PH_N];
-    memcpy(layers, e->t_phase, sizeof layers);
+    const struct engine_times layers = e->t;
+    const struct pool_stats ps_layers = e->ps_last;
     const uint64_t t0 = phase_begin();
     norm_rows(e, e->xn, e->x, m->output_norm, n, E, c->rms_eps);
     hook(e, c->n_layer, b->pos[0], e->xn, n);
@@ -778,7 +803,8 @@ static void eval_batch(struct engine *e, float *logits) {
         matmul(e, &m->output, &out, logits);
         add_bias(logits, m->output_bias, rows, e->n_vocab_l);
     }
-    memcpy(e->t_phase, layers, sizeof layers);
+    e->t = layers;
+    e->ps_last = ps_layers;
     phase_end(e, ENGINE_PH_HEAD, t0);
 }
 

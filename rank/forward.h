@@ -131,13 +131,24 @@ enum engine_phase {
     ENGINE_PH_STAGE,   /* the GPU stage's layers (-ngl), waited for */
     ENGINE_PH_N
 };
-void engine_phase_seconds(const struct engine *e, double out[ENGINE_PH_N]);
+/* Phase times since engine_init. With NM_PROFILE, the pool's accounting too (pool_set_profile):
+ * busy: the threads' seconds inside pool jobs during the phase, summed over threads; jobs: the
+ * jobs' wall seconds times the pool's threads, so busy / jobs is how busy the threads were
+ * while the phase ran parallel work (1 - it: waiting at the end of jobs, load imbalance). */
+struct engine_times {
+    double s[ENGINE_PH_N];
+    double busy[ENGINE_PH_N], jobs[ENGINE_PH_N];
+};
+void engine_phase_seconds(const struct engine *e, struct engine_times *out);
+/* acc += after - before, phase by phase. */
+void engine_times_add_diff(struct engine_times *acc, const struct engine_times *before, const struct engine_times *after);
 /* Whether the environment asks for the phase report (NM_PROFILE set, not empty, not 0). */
 bool engine_profile_requested(void);
 const char *engine_phase_name(enum engine_phase ph);
-/* "matmul 61.2%, attention 20.3%, ..., other 1.0%": each phase's share of total_s between two
- * engine_phase_seconds snapshots; other = total_s minus the phases. */
-size_t engine_phase_report(const double before[ENGINE_PH_N], const double after[ENGINE_PH_N], double total_s,
+/* "matmul 61.2% (threads busy 93%), attention 20.3%, ..., other 1.0%": each phase's share of
+ * total_s between two engine_phase_seconds snapshots (before may be NULL: since engine_init),
+ * with the threads' busy share where the pool was profiled; other = total_s minus the phases. */
+size_t engine_phase_report(const struct engine_times *before, const struct engine_times *after, double total_s,
                            char *buf, size_t len);
 
 #endif

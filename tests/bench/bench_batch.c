@@ -2,9 +2,10 @@
  * each decode one row per step, for B = 1, 2, 4, 8, 16, 32, 64: what continuous batching buys a
  * server. One rank, a synthetic model of a preset and type; each sequence first evaluates a
  * 64-token prompt, then 32 steps are timed (after 2 of warm-up), greedy sampling included.
- * Prints one row per B: ms per step, generated tokens per second, and the speed-up over B = 1.
+ * Prints one row per B: ms per step, generated tokens per second, and the speed-up over B = 1;
+ * with NM_PROFILE=1, each B's decode steps by forward-pass phase (engine_phase_report) on stderr.
  *
- * usage: bench_batch PRESET TYPE DIR [THREADS] */
+ * usage: bench_batch PRESET TYPE DIR [THREADS [MAX_B]] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ enum { MAX_SEQ = 64, N_PROMPT = 64, N_WARM = 2, N_STEPS = 32 };
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s PRESET TYPE DIR [THREADS]\n", argv[0]);
+        fprintf(stderr, "usage: %s PRESET TYPE DIR [THREADS [MAX_B]]\n", argv[0]);
         return 2;
     }
     const struct mkmodel_preset *preset = mkmodel_find_preset(argv[1]);
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     const int threads = argc > 4 ? atoi(argv[4]) : 2;
+    const int max_b = argc > 5 ? NM_MAX(1, NM_MIN(MAX_SEQ, atoi(argv[5]))) : MAX_SEQ;
     char path[1024], err[512], cmd[1100];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[3]);
     snprintf(path, sizeof path, "%s/%s_%s.gguf", argv[3], argv[1], argv[2]);
@@ -69,7 +71,7 @@ int main(int argc, char **argv) {
            argv[2], kern_isa_get()->name, threads, N_PROMPT, N_STEPS);
     printf("| B (sequences) | ms per step | generated t/s | vs B=1 |\n|---:|---:|---:|---:|\n");
     double tps1 = 0;
-    for (int B = 1; B <= MAX_SEQ; B *= 2) {
+    for (int B = 1; B <= max_b; B *= 2) {
         for (int s = 0; s < MAX_SEQ; s++) engine_seq_clear(e, s);
         int n = 0;
         for (int s = 0; s < B; s++)
@@ -86,8 +88,12 @@ int main(int argc, char **argv) {
         }
         for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
         double t0 = 0;
+        struct engine_times ph0, ph1;
         for (int step = 0; step < N_WARM + N_STEPS; step++) {
-            if (step == N_WARM) t0 = nm_time_s();
+            if (step == N_WARM) {
+                t0 = nm_time_s();
+                engine_phase_seconds(e, &ph0);
+            }
             for (int s = 0; s < B; s++) {
                 tok[s] = next[s];
                 pos[s] = N_PROMPT + step;
@@ -102,6 +108,12 @@ int main(int argc, char **argv) {
             for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
         }
         const double t = nm_time_s() - t0, tps = (double)B * N_STEPS / t;
+        if (engine_profile_requested()) {
+            char line[512];
+            engine_phase_seconds(e, &ph1);
+            engine_phase_report(&ph0, &ph1, t, line, sizeof line);
+            fprintf(stderr, "profile: B=%d: %s\n", B, line);
+        }
         if (B == 1) tps1 = tps;
         printf("| %d | %.2f | %.1f | %.2fx |\n", B, 1e3 * t / N_STEPS, tps, tps / tps1);
         fflush(stdout);
