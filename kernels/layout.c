@@ -17,7 +17,7 @@ const char *tensor_use_name(enum tensor_use use) {
 
 /* NEED_AVX512_BLOCKS: the avx512 path, and an AVX-512 kernel for the type on its GGUF blocks
  * (kern_isa_avx512_has: the types of the block decoder interface get theirs one by one). */
-enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AMX_INT8, NEED_AMX_BF16 };
+enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AMX_INT8, NEED_AMX_BF16, NEED_AMX_BF16_BLOCKS };
 
 struct plan_entry {
     enum weight_layout layout;
@@ -26,13 +26,16 @@ struct plan_entry {
 };
 
 static const struct plan_entry k_quant_list[] = {
-    {WEIGHT_LAYOUT_Q_TILE16, NEED_AMX_INT8, "AMX-INT8 tiles (prompt) + AVX-512 VNNI (decode)"},
+    {WEIGHT_LAYOUT_Q_TILE16, NEED_AMX_INT8,
+     "AMX tiles (prompt: BF16 for one sequence, INT8 batched) + AVX-512 VNNI (decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX512, "AVX-512 VNNI tiles (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 /* Types without a packed layout (the block decoder interface's: Q5_0, Q2_K, IQ4_XS, ...): their
  * GGUF blocks as stored, decoded by table lookups inside the kernels. */
 static const struct plan_entry k_block_list[] = {
+    {WEIGHT_LAYOUT_ROWS, NEED_AMX_BF16_BLOCKS,
+     "AMX-BF16 tiles (prompt of one sequence) + AVX-512 VNNI on the GGUF blocks (decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_AVX512_BLOCKS, "AVX-512 VNNI on the GGUF blocks (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
@@ -61,7 +64,12 @@ static const char *need_missing(enum need need, enum dtype t, const struct cpu_f
         snprintf(buf, len, "no AVX-512 kernel for %s yet", dtype_get((uint32_t)t)->name);
         return buf;
     case NEED_AMX_INT8:
-    case NEED_AMX_BF16: {
+    case NEED_AMX_BF16:
+    case NEED_AMX_BF16_BLOCKS: {
+        if (need == NEED_AMX_BF16_BLOCKS && !kern_isa_avx512_has(t)) {
+            snprintf(buf, len, "no AVX-512 kernel for %s yet", dtype_get((uint32_t)t)->name);
+            return buf;
+        }
         const bool bits = cpu->amx_tile && (need == NEED_AMX_INT8 ? cpu->amx_int8 : cpu->amx_bf16);
         const char *what = need == NEED_AMX_INT8 ? "AMX-INT8" : "AMX-BF16";
         if (!bits) snprintf(buf, len, "no %s in CPUID", what);

@@ -139,7 +139,7 @@ static void mm_job_run(void *ctx, int ith, int nth) {
 }
 
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy) {
-    if (w != NULL && w->layout != WEIGHT_LAYOUT_ROWS) {
+    if (w != NULL && (w->layout != WEIGHT_LAYOUT_ROWS || pk_takes_rows(w, x->m))) {
         pk_matmul(pool, w, x, NULL, 0, y, NULL, ldy);
         return;
     }

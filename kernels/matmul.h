@@ -134,6 +134,17 @@ int kern_matmul_amx_min_m(enum dtype type);
  * before starting the matmuls. */
 enum kern_path { KERN_PATH_AUTO, KERN_PATH_VNNI, KERN_PATH_AMX, KERN_PATH_AMX_EMU, KERN_PATH_REF };
 void kern_matmul_force_path(enum kern_path path);
+/* Quantized packed weights may take the AMX bf16 tiles from kern_matmul_bf16_min_m(type) rows
+ * on (off by default). Their activations are then rounded to bf16 instead of the q8x blocks of
+ * the int8 kernels and the f32 sum runs in the tiles: ~3x faster prompts, but a row's bits then
+ * depend on how many rows share the call (never on the split over threads or ranks). The
+ * single-sequence engine turns it on; the batched engine (the server, batch invariance) keeps it
+ * off. Not thread-safe, like kern_matmul_force_path. */
+void kern_matmul_allow_bf16_tiles(bool on);
+bool kern_matmul_bf16_tiles_allowed(void);
+/* The m from which an allowed quantized type takes the bf16 tiles (NM_AMX_BF16_MIN_M forces
+ * one value, for measurements). */
+int kern_matmul_bf16_min_m(enum dtype type);
 /* Whether this process may run AMX tiles (CPUID AMX-TILE/INT8/BF16, the avx512 path, and the
  * OS's permission; see cpu.h). */
 bool kern_amx_available(void);

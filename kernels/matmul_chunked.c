@@ -50,7 +50,7 @@ static void chunked_worker(void *ctx, int ith, int nth) {
 
 void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                              int n_chunks, double *y, int64_t ldy) {
-    if (w->layout != WEIGHT_LAYOUT_ROWS) {
+    if (w->layout != WEIGHT_LAYOUT_ROWS || pk_takes_rows(w, x->m)) {
         pk_matmul(pool, w, x, chunks, n_chunks, NULL, y, ldy);
         return;
     }

@@ -12,6 +12,11 @@
 void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                int n_chunks, float *yf, double *yd, int64_t ldy);
 
+/* Whether pk_matmul takes this ROWS-layout weight for m rows: a block decoder type when the
+ * bf16 tiles are allowed and chosen (kern_matmul_allow_bf16_tiles; AMX, its emulation, or the
+ * plain-C twin where a test forces those paths). kern_matmul and kern_matmul_chunked_f64 ask. */
+bool pk_takes_rows(const struct weight *w, int m);
+
 /* AMX tile kernels (x86-amx/amx.c), same contract as pk_gemm_ref. For F16/BF16 a->act is the
  * activations as bf16, [m][32 * n_units] (zero-padded), a->act_stride bytes apart. */
 void pk_gemm_amx(const struct pk_args *a);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "blocks/block.h"
 #include "packed.h"
 #include "quant.h"
 
@@ -91,11 +92,69 @@ static float unit_q(enum dtype t, const uint8_t *u, int r, const block_q8x *a, f
     }
 }
 
+/* Row r, column c of a quantized unit as the bf16 tiles take it before rounding to bf16 (the
+ * same f32 operations as amx_bf_block: code x scale, or fmaf(code, scale, min)). */
+static float unit_weight(enum dtype t, const uint8_t *u, int r, int c) {
+    switch (t) {
+    case DTYPE_Q4_0: return (float)((int)nib(u, r, c) - 8) * h16(u + PK_Q4_0_D, r);
+    case DTYPE_Q4_1: return fmaf((float)nib(u, r, c), h16(u + PK_Q4_1_D, r), h16(u + PK_Q4_1_M, r));
+    case DTYPE_Q8_0: return (float)((int)u[64 * (c / 4) + 4 * r + c % 4] - 128) * h16(u + PK_Q8_0_D, r);
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: {
+        const bool five = t == DTYPE_Q5_K;
+        const int s = c / 32, cc = c % 32;
+        int code = (int)nib(u + 256 * s, r, cc);
+        if (five) {
+            const int bit = 4 * r + cc % 4;
+            code |= ((u[PK_K5_HI + 64 * s + 8 * (cc / 4) + bit / 8] >> (bit % 8)) & 1) << 4;
+        }
+        const float sc = (float)u[(five ? PK_K5_SC : PK_K4_SC) + 16 * s + r] * h16(u + (five ? PK_K5_D : PK_K4_D), r);
+        const float mn = (float)u[(five ? PK_K5_MN : PK_K4_MN) + 16 * s + r] * h16(u + (five ? PK_K5_DMIN : PK_K4_DMIN), r);
+        return fmaf((float)code, sc, -mn);
+    }
+    case DTYPE_Q6_K: {
+        const int s = c / 32, cc = c % 32;
+        const float sc = h16(u + PK_K6_D, r) * (float)(int8_t)u[PK_K6_SC + 16 * (2 * s + cc / 16) + r];
+        return (float)(q6_code(u + PK_K6_SUB * s, r, cc) - 32) * sc;
+    }
+    default: nm_bug(__FILE__, __LINE__, "pk_gemm_ref: type without a packed layout");
+    }
+}
+
 void pk_gemm_ref(const struct pk_args *a) {
     const enum dtype t = a->type;
     const size_t ub = pk_unit_bytes(t);
     const int ucols = pk_unit_cols(t);
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    if (a->bf16_tiles) { /* bf16 weights and activations (bf16 rows), f32 sum in column order */
+        NM_ASSERT(!fl);
+        const struct block_codec *bc = a->codec; /* a ROWS-layout block type */
+        const int uc = bc ? (int)bc->info.blck_size : ucols;
+        const size_t rb = a->group_stride / PK_ROWS;
+        for (int64_t g = 0; g < a->n_groups; g++) {
+            const uint8_t *wg = a->w + (size_t)g * a->group_stride;
+            const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+            for (int c = 0; c < a->m; c++) {
+                const uint16_t *x = (const uint16_t *)(a->act + (size_t)c * a->act_stride);
+                for (int r = 0; r < rows; r++) {
+                    float acc = 0.0f;
+                    struct block_sub32 b = {0};
+                    for (int64_t u = 0; u < a->n_units; u++)
+                        for (int k = 0; k < uc; k++) {
+                            if (bc && k % 32 == 0)
+                                bc->decode32(wg + (size_t)r * rb + (size_t)u * bc->info.type_size, k / 32, &b);
+                            const float v = bc ? b.d[(k % 32) / 16] * (float)b.q[k % 32] + b.m[(k % 32) / 16]
+                                               : unit_weight(t, wg + (size_t)u * ub, r, k);
+                            acc = fmaf(bf16_to_fp32(fp32_to_bf16(v)), bf16_to_fp32(x[u * uc + k]), acc);
+                        }
+                    const int64_t o = (int64_t)c * a->ldy + g * PK_ROWS + r;
+                    if (a->yd) a->yd[o] += (double)acc;
+                    else a->y[o] = acc;
+                }
+            }
+        }
+        return;
+    }
     for (int64_t g = 0; g < a->n_groups; g++) {
         const uint8_t *wg = a->w + (size_t)g * a->group_stride;
         const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);

@@ -3,11 +3,14 @@
  * zero-padded to whole 32-column units) and splits the row groups over the pool's threads. A
  * row's output never depends on that split: each kernel computes row r of a group in lane r. */
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base.h"
 #include "cpu.h"
+#include "blocks/block.h"
 #include "matmul_internal.h"
 
 /* Row groups per block of the chunked path: its f32 partials for m activation rows stay small. */
@@ -44,23 +47,54 @@ int kern_matmul_amx_min_m(enum dtype type) {
     }
 }
 
+static bool g_bf16_tiles = false;
+void kern_matmul_allow_bf16_tiles(bool on) { g_bf16_tiles = on; }
+bool kern_matmul_bf16_tiles_allowed(void) { return g_bf16_tiles; }
+
+int kern_matmul_bf16_min_m(enum dtype type) {
+    static int forced = -2;
+    if (forced == -2) {
+        const char *e = getenv("NM_AMX_BF16_MIN_M");
+        forced = e ? atoi(e) : -1;
+    }
+    if (forced > 0) return forced;
+    /* the weight's conversion to bf16 (~90 vector operations per 16 x 32 block) is paid once per
+     * call and shared by the m / 16 activation tiles */
+    return type == DTYPE_F16 || type == DTYPE_BF16 ? kern_matmul_amx_min_m(type) : 64;
+}
+
 typedef void (*pk_fn)(const struct pk_args *);
+static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks);
+
+bool pk_takes_rows(const struct weight *w, int m) {
+    if (w->layout != WEIGHT_LAYOUT_ROWS || !block_codec_get(w->type) || !g_bf16_tiles) return false;
+    bool amx, bf, chunks;
+    pk_choose(w->type, m, &amx, &bf, &chunks);
+    return bf;
+}
 
 /* The kernel for type t and m activation rows; *amx: it is the tile kernel (real or emulated);
- * *chunks: it takes a row-parallel matmul's chunks in one call (pk_args.chunk_end): the int8
- * tiles, and the AVX-512 GEMV (m = 1) of every type but F16. */
-static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *chunks) {
+ * *bf: it reads bf16 activations (the bf16 tiles: F16/BF16, or a quantized type allowed them);
+ * *chunks: it takes a row-parallel matmul's chunks in one call (pk_args.chunk_end): the tiles,
+ * and the AVX-512 GEMV (m = 1) of every type but F16. */
+static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const struct cpu_features *f = cpu_features_get();
     const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
+    const bool bf_q = !fl && g_bf16_tiles && m >= kern_matmul_bf16_min_m(t); /* a quantized type on bf16 tiles */
     const bool gemv_chunks = m == 1 && t != DTYPE_F16;
     *amx = false;
+    *bf = false;
     *chunks = false;
     switch (g_path) {
     case KERN_PATH_AUTO:
+        if (amx_ok && bf_q && cpu_has_amx_bf16(f)) {
+            *amx = *bf = *chunks = true;
+            return pk_gemm_amx;
+        }
         if (amx_ok && m >= kern_matmul_amx_min_m(t)) {
-            *amx = true;
-            *chunks = !fl;
+            *amx = *chunks = true;
+            *bf = fl;
             return pk_gemm_amx;
         }
         *chunks = gemv_chunks && isa_is_avx512();
@@ -73,15 +107,17 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *chunks) {
     }
     case KERN_PATH_AMX:
         NM_ASSERT(amx_ok); /* forced AMX on a CPU (or OS) without it */
-        *amx = true;
-        *chunks = !fl;
+        *amx = *chunks = true;
+        *bf = fl || bf_q;
         return pk_gemm_amx;
     case KERN_PATH_AMX_EMU:
         NM_ASSERT(kern_isa_find("avx512", NULL) != NULL);
-        *amx = true;
-        *chunks = !fl;
+        *amx = *chunks = true;
+        *bf = fl || bf_q;
         return pk_gemm_amx_emu;
-    case KERN_PATH_REF: return pk_gemm_ref;
+    case KERN_PATH_REF:
+        *bf = bf_q; /* the twin of the bf16 tiles where they would run */
+        return pk_gemm_ref;
     }
     return pk_gemm_ref;
 }
@@ -105,6 +141,10 @@ struct pk_job {
     int32_t *chunk_end;   /* the chunks end to end over all of K, unmasked, on the int8 tiles: the
                              kernel takes them in one call (pk_args.chunk_end), else NULL */
     bool act_tiles;       /* the int8 tiles: act and each cact[c] in tile order (pk_act_tiles) */
+    bool bf16_tiles;      /* a quantized type on the bf16 tiles (pk_args.bf16_tiles) */
+    const struct block_codec *codec; /* a ROWS-layout block type (pk_args.codec) */
+    long claim;           /* > 0: threads claim row groups this many at a time (GEMM), else a static split */
+    atomic_long next;     /* the next unclaimed row group */
     /* float activations being converted (prep job) */
     const float *src;
     int64_t k, kpad;
@@ -112,11 +152,30 @@ struct pk_job {
     bool to_bf16;
 };
 
+static void pk_range(const struct pk_job *j, long lo, long hi);
+
+/* Row groups to threads. The GEMV (m = 1) splits them evenly once: each thread streams its own
+ * rows. Larger m claims them a batch at a time from a shared counter, so a thread that runs
+ * slower (a busy neighbour on a shared host, a core at a lower clock) takes fewer batches
+ * instead of holding up the matmul's end. Either way a row's value does not depend on which
+ * thread computed it. */
 static void pk_worker(void *ctx, int ith, int nth) {
-    const struct pk_job *j = ctx;
-    long lo, hi;
-    pool_split((long)j->n_groups, 2, ith, nth, &lo, &hi);
-    if (lo >= hi) return;
+    struct pk_job *j = ctx;
+    if (j->claim <= 0) {
+        long lo, hi;
+        pool_split((long)j->n_groups, 2, ith, nth, &lo, &hi);
+        if (lo < hi) pk_range(j, lo, hi);
+        return;
+    }
+    for (;;) {
+        const long lo = atomic_fetch_add_explicit(&j->next, j->claim, memory_order_relaxed);
+        if (lo >= j->n_groups) return;
+        pk_range(j, lo, NM_MIN(lo + j->claim, (long)j->n_groups));
+    }
+}
+
+/* Row groups [lo, hi) of the job. */
+static void pk_range(const struct pk_job *j, long lo, long hi) {
     const struct weight *w = j->w;
     const uint8_t *wd = w->data;
     if (!j->chunks) {
@@ -124,7 +183,7 @@ static void pk_worker(void *ctx, int ith, int nth) {
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .y = j->yf + lo * PK_ROWS, .ldy = j->ldy,
                             .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS),
-                            .act_tiles = j->act_tiles};
+                            .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles, .codec = j->codec};
         j->fn(&a);
         return;
     }
@@ -134,7 +193,8 @@ static void pk_worker(void *ctx, int ith, int nth) {
         struct pk_args a = {.type = w->type, .w = wd + (size_t)lo * j->group_stride, .group_stride = j->group_stride,
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .yd = j->yd + lo * PK_ROWS, .ldy = j->ldy, .n_rows = nr,
-                            .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks, .act_tiles = j->act_tiles};
+                            .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks, .act_tiles = j->act_tiles,
+                            .bf16_tiles = j->bf16_tiles, .codec = j->codec};
         j->fn(&a);
         return;
     }
@@ -151,7 +211,7 @@ static void pk_worker(void *ctx, int ith, int nth) {
             struct pk_args a = {.type = w->type, .w = wd + (size_t)g0 * j->group_stride + (size_t)u0 * j->unit_bytes,
                                 .group_stride = j->group_stride, .n_groups = ng, .n_units = u1 - u0,
                                 .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .yd = j->yd + r0,
-                                .ldy = j->ldy, .n_rows = nr, .act_tiles = j->act_tiles};
+                                .ldy = j->ldy, .n_rows = nr, .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles, .codec = j->codec};
             j->fn(&a);
         }
     }
@@ -167,8 +227,11 @@ static void pk_prep_worker(void *ctx, int ith, int nth) {
         if (j->to_bf16) {
             uint16_t *d = (uint16_t *)j->dst + i * j->kpad;
             for (int64_t c = 0; c < j->k; c++) d[c] = fp32_to_bf16(s[c]);
+            memset(d + j->k, 0, (size_t)(j->kpad - j->k) * sizeof *d);
         } else {
-            memcpy((float *)j->dst + i * j->kpad, s, (size_t)j->k * sizeof(float));
+            float *d = (float *)j->dst + i * j->kpad;
+            memcpy(d, s, (size_t)j->k * sizeof(float));
+            memset(d + j->k, 0, (size_t)(j->kpad - j->k) * sizeof *d);
         }
     }
 }
@@ -210,12 +273,49 @@ static void tiles_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* The tile-order copy of nb blocks of m q8x rows (freed by the caller with nm_free); *tstride:
- * bytes between its 16-row tiles. */
-static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstride, int m, int64_t nb, size_t *tstride) {
+/* A buffer of the calling thread that lives from call to call (grown, never shrunk, never
+ * cleared: the callers write every byte they read): the activation copies of a prompt's matmuls
+ * are megabytes, and a fresh zeroed allocation per call was a serial memset while the pool
+ * waited. Slot 0: the tile-order copy; slot 1: the f32/bf16 rows. */
+struct pk_bufs {
+    uint8_t *p[2];
+    size_t cap[2];
+};
+static _Thread_local struct pk_bufs *g_bufs;
+static pthread_key_t g_bufs_key;
+static pthread_once_t g_bufs_once = PTHREAD_ONCE_INIT;
+static void bufs_free(void *v) {
+    struct pk_bufs *b = v;
+    free(b->p[0]);
+    free(b->p[1]);
+    free(b);
+}
+static void bufs_key_init(void) {
+    if (pthread_key_create(&g_bufs_key, bufs_free) != 0) nm_fatal("pthread_key_create failed for the matmul buffers");
+}
+static uint8_t *pk_buf(int slot, size_t bytes) {
+    if (!g_bufs) {
+        pthread_once(&g_bufs_once, bufs_key_init);
+        g_bufs = calloc(1, sizeof *g_bufs);
+        NM_ASSERT(g_bufs);
+        pthread_setspecific(g_bufs_key, g_bufs); /* freed when the thread exits */
+    }
+    if (bytes > g_bufs->cap[slot]) {
+        free(g_bufs->p[slot]);
+        g_bufs->cap[slot] = (bytes + 4095) / 4096 * 4096;
+        g_bufs->p[slot] = aligned_alloc(64, g_bufs->cap[slot]);
+        if (!g_bufs->p[slot]) nm_fatal("out of memory: %zu bytes of matmul activations", g_bufs->cap[slot]);
+    }
+    return g_bufs->p[slot];
+}
+
+/* The tile-order copy of nb blocks of m q8x rows (into dst, or the thread's slot-0 buffer when
+ * dst is NULL); *tstride: bytes between its 16-row tiles. */
+static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstride, int m, int64_t nb, size_t *tstride,
+                             uint8_t *dst) {
     *tstride = (size_t)nb * PK_ACT_TILE_B;
     struct tiles_job j = {.src = src, .sstride = sstride, .m = m, .nb = nb, .tstride = *tstride};
-    j.dst = nm_alloc((size_t)(m + 15) / 16 * *tstride, 64, "activations in tile order");
+    j.dst = dst ? dst : pk_buf(0, (size_t)(m + 15) / 16 * *tstride);
     if (pool && m > 16) pool_run(pool, tiles_worker, &j);
     else tiles_worker(&j, 0, 1);
     return j.dst;
@@ -224,22 +324,39 @@ static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstri
 void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                int n_chunks, float *yf, double *yd, int64_t ldy) {
     NM_ASSERT(w != NULL && x != NULL);
-    NM_ASSERT(w->layout == WEIGHT_LAYOUT_Q_TILE16 || w->layout == WEIGHT_LAYOUT_F_PAIR16);
-    NM_ASSERT(weight_layout_supports(w->layout, w->type));
-    NM_ASSERT(w->bytes == weight_packed_bytes(w->layout, w->type, w->k, w->n) && w->row_bytes == 0);
+    const enum dtype t = w->type;
+    /* a ROWS-layout block type on the bf16 tiles (pk_takes_rows): groups of 16 GGUF rows */
+    const struct block_codec *codec = w->layout == WEIGHT_LAYOUT_ROWS ? block_codec_get(t) : NULL;
+    if (codec) {
+        NM_ASSERT(w->row_bytes == dtype_row_size(t, w->k) && w->k % codec->info.blck_size == 0);
+    } else {
+        NM_ASSERT(w->layout == WEIGHT_LAYOUT_Q_TILE16 || w->layout == WEIGHT_LAYOUT_F_PAIR16);
+        NM_ASSERT(weight_layout_supports(w->layout, w->type));
+        NM_ASSERT(w->bytes == weight_packed_bytes(w->layout, w->type, w->k, w->n) && w->row_bytes == 0);
+    }
     NM_ASSERT(x->k == w->k && x->m >= 0 && w->n >= 0 && ldy >= w->n && n_chunks >= 0);
     NM_ASSERT(x->m == 0 || x->f32 != NULL);
     NM_ASSERT(chunks ? yd != NULL : yf != NULL);
     if (x->m == 0 || w->n == 0) return;
-    const enum dtype t = w->type;
-    const bool q8 = dtype_uses_q8x(t);
-    bool amx;
-    struct pk_job j = {.w = w, .m = x->m, .n_groups = pk_groups(w->n), .n_units = pk_units(t, w->k),
-                       .unit_bytes = pk_unit_bytes(t), .yf = yf, .yd = yd, .ldy = ldy, .chunks = chunks,
-                       .n_chunks = n_chunks, .unit_cols = pk_unit_cols(t)};
-    j.group_stride = (size_t)j.n_units * j.unit_bytes;
+    bool amx, bf;
+    struct pk_job j = {.w = w, .m = x->m, .n_groups = pk_groups(w->n), .yf = yf, .yd = yd, .ldy = ldy,
+                       .chunks = chunks, .n_chunks = n_chunks, .codec = codec};
+    if (codec) {
+        j.unit_cols = (int)codec->info.blck_size;
+        j.unit_bytes = codec->info.type_size;
+        j.n_units = w->k / j.unit_cols;
+        j.group_stride = (size_t)PK_ROWS * w->row_bytes;
+    } else {
+        j.unit_cols = pk_unit_cols(t);
+        j.unit_bytes = pk_unit_bytes(t);
+        j.n_units = pk_units(t, w->k);
+        j.group_stride = (size_t)j.n_units * j.unit_bytes;
+    }
     bool takes_chunks;
-    j.fn = pk_choose(t, x->m, &amx, &takes_chunks);
+    j.fn = pk_choose(t, x->m, &amx, &bf, &takes_chunks);
+    NM_ASSERT(!codec || bf);
+    const bool q8 = dtype_uses_q8x(t) && !bf; /* else f32 rows, or bf16 rows for the bf16 tiles */
+    j.bf16_tiles = bf && dtype_uses_q8x(t);
     const int64_t kpad = j.n_units * j.unit_cols;
     uint8_t *prep = NULL;
     size_t esize; /* bytes per activation column (q8x: per 32 columns, 40) */
@@ -250,12 +367,12 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
         j.act_stride = (size_t)(w->k / QK8X) * sizeof(block_q8x);
         esize = 0;
     } else {
-        esize = amx ? 2 : 4;
-        if (!amx && kpad == w->k) {
+        esize = bf ? 2 : 4;
+        if (!bf && kpad == w->k) {
             j.act = (const uint8_t *)x->f32;
         } else {
-            prep = nm_alloc((size_t)x->m * (size_t)kpad * esize, 64, "packed matmul activations");
-            j.src = x->f32, j.k = w->k, j.kpad = kpad, j.dst = prep, j.to_bf16 = amx;
+            prep = pk_buf(1, (size_t)x->m * (size_t)kpad * esize);
+            j.src = x->f32, j.k = w->k, j.kpad = kpad, j.dst = prep, j.to_bf16 = bf;
             if (pool && (int64_t)x->m * w->k >= 32 * 1024) pool_run(pool, pk_prep_worker, &j);
             else pk_prep_worker(&j, 0, 1);
             j.act = prep;
@@ -305,28 +422,33 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
         }
     }
     /* ... and reads its activations in tile order: one copy for all of K, or one per chunk. */
-    uint8_t *tiled = NULL, **ctiled = NULL;
+    uint8_t **ctiled = NULL;
     if (amx && q8) {
         j.act_tiles = true;
         const int ublk = j.unit_cols / 32;
         if (!chunks || j.chunk_end) {
             NM_ASSERT(j.n_units * j.unit_cols == w->k);
-            tiled = pk_act_tiles(pool, j.act, j.act_stride, x->m, j.n_units * ublk, &j.act_stride);
-            j.act = tiled;
+            j.act = pk_act_tiles(pool, j.act, j.act_stride, x->m, j.n_units * ublk, &j.act_stride, NULL);
         } else {
             ctiled = calloc((size_t)n_chunks + 1, sizeof *ctiled);
             NM_ASSERT(ctiled);
             for (int c = 0; c < n_chunks; c++) {
                 const int64_t u0 = chunks[c].w0 / j.unit_cols, u1 = (chunks[c].w1 + j.unit_cols - 1) / j.unit_cols;
-                ctiled[c] = pk_act_tiles(pool, j.cact[c], j.cas[c], x->m, (u1 - u0) * ublk, &j.cas[c]);
+                const size_t bytes = (size_t)(x->m + 15) / 16 * (size_t)((u1 - u0) * ublk) * PK_ACT_TILE_B;
+                ctiled[c] = pk_act_tiles(pool, j.cact[c], j.cas[c], x->m, (u1 - u0) * ublk, &j.cas[c],
+                                         nm_alloc(bytes, 64, "chunk activations in tile order"));
                 j.cact[c] = ctiled[c];
             }
         }
     }
+    if (pool && x->m > 1) { /* about 4 claims per thread, an even count of groups, at most 16 */
+        j.claim = (long)NM_MIN((int64_t)16, NM_MAX((int64_t)2, j.n_groups / (4 * pool_size(pool))));
+        j.claim += j.claim & 1;
+        atomic_init(&j.next, 0);
+    }
     if (pool) pool_run(pool, pk_worker, &j);
     else pk_worker(&j, 0, 1);
     free(j.chunk_end);
-    nm_free(tiled);
     for (int c = 0; ctiled && c < n_chunks; c++) nm_free(ctiled[c]);
     free(ctiled);
     if (chunks) {
@@ -335,5 +457,4 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
         free(j.cact);
         free(j.cas);
     }
-    nm_free(prep);
 }

@@ -49,6 +49,8 @@
 
 #include "types.h"
 
+struct block_codec;
+
 #define PK_ROWS 16 /* rows per group: AMX tile columns, zmm lanes */
 
 /* Columns per unit: 256 for K-quants, 32 for the others. */
@@ -116,7 +118,7 @@ struct pk_args {
                           * chunked matmul adds each chunk's f32 partial in double) */
     int64_t ldy;
     int64_t n_rows;      /* rows to write, <= 16 * n_groups */
-    /* With yd, optionally (the AMX int8 kernel; the AVX-512 GEMV, m = 1, but not F16): the K
+    /* With yd, optionally (the AMX tile kernels; the AVX-512 GEMV, m = 1, but not F16): the K
      * range is n_chunk_ends chunks, chunk c ending before block chunk_end[c] (32 columns per
      * block, counted from unit 0; the last is n_units * unit_cols / 32). Each chunk's f32
      * partial is added to yd in double, in chunk order, exactly as one call per chunk would,
@@ -126,6 +128,15 @@ struct pk_args {
     /* The AMX int8 kernel reads q8x activations in tile order (pk_act_tiles, made once per call by
      * the driver): act is tile 0, act_stride the bytes between 16-row tiles. */
     bool act_tiles;
+    /* A quantized type on the AMX bf16 tiles (matmul.h, kern_matmul_allow_bf16_tiles): every
+     * weight value rounded to bf16 (code x scale [+ min] in f32 first), act is bf16 rows as for
+     * F16/BF16, and C accumulates f32 over K in the tiles. */
+    bool bf16_tiles;
+    /* Not NULL: a ROWS-layout weight of a block decoder type (blocks/block.h) on the bf16 tiles:
+     * row r of group g is the GGUF row at w + g * group_stride + r * (group_stride / 16), a
+     * unit is one of its blocks (codec->info: blck_size columns, type_size bytes), rows past
+     * n_rows are never read. */
+    const struct block_codec *codec;
 };
 
 /* q8x activations in the int8 tile order: per 16 activation rows (a tile), per 32-column block,
@@ -136,7 +147,10 @@ struct pk_args {
 #define PK_ACT_TILE_D 512
 #define PK_ACT_TILE_ISUM 576
 
-/* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c). */
+/* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c).
+ * With bf16_tiles, the twin of the bf16 tiles: the same bf16 weights and activations, summed in
+ * f32 in column order (the tiles' order inside a TDPBF16PS is the hardware's: a tolerance, not
+ * the bits). */
 void pk_gemm_ref(const struct pk_args *a);
 
 #endif

@@ -22,9 +22,7 @@
  * Q6_K's two 16-column scale groups per block use two half tiles (K = 16) with their own C
  * tiles; its integer combination (two vpmulld) happens in the f32 step, as in the VNNI kernel.
  *
- * BF16 (F16/BF16 weights): A tiles of bf16 activations (16 rows x 32 columns), B = a unit's 16
- * pair lines (F16 converted to bf16 once per group), C accumulates f32 over all of K in the
- * tile (TDPBF16PS): 2 activation tiles x 2 groups, tmm0/1 A, tmm2/3 B, tmm4..7 C.
+ * BF16 (F16/BF16 weights, and every type with pk_args.bf16_tiles): see "bf16 tiles" below.
  *
  * Int8: activation rows past m in the last tile are zeros of the tile-order copy. BF16: they
  * come from a zero-padded copy (never read out of bounds). Rows past n are never stored. */
@@ -32,6 +30,7 @@
 #include <string.h>
 
 #include "../base.h"
+#include "../blocks/block.h"
 #include "../matmul_internal.h"
 #include "../quant.h"
 #include "../x86-avx512/simd.h"
@@ -64,8 +63,11 @@ static void *amx_scratch(size_t bytes) { return nm_scratch(bytes); }
  * int32 equal to the VNNI kernel's integer sum including its offset term, so no per-row offset
  * correction is left for the f32 step. */
 #define AMX_PANEL_B 512
-/* Bytes of row-group panels unpacked at once: with one activation tile's rows they stay in L2. */
-#define AMX_PANEL_BUDGET (384 * 1024)
+/* Bytes of row-group panels unpacked at once, and the K of a slab (in 32-column blocks): the
+ * panels, an activation tile's slab and the accumulators between slabs stay in L2 (2 MiB per
+ * core on the Xeons with AMX). */
+#define AMX_PANEL_BUDGET (640 * 1024)
+#define AMX_SLAB_BLOCKS 64
 
 static inline int amx_np(enum dtype t) {
     return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 ? 1 : t == DTYPE_Q6_K ? 3 : 2;
@@ -178,14 +180,21 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
     }
 }
 
-/* End of a chunk (pk_args.chunk_end): its f32 partial, acc, is added in double to dacc (16 rows
- * x 16 lanes) and acc restarts from 0. */
-NM_INLINE void amx_chunk_flush(__m512 *acc, double *dacc) {
+/* Where a (tile, group) pair's results go: row r of the tile at yd + r * ldy (the group's first
+ * column), rows < rows, lanes in rm (the group's rows of the weight). */
+struct amx_out {
+    double *yd;
+    int64_t ldy;
+    int rows;
+    __mmask16 rm;
+};
+
+/* End of a chunk (pk_args.chunk_end): its f32 partial, acc, is added in double to the output
+ * (which starts at 0, so the sum is the chunks' partials added in order, as the VNNI kernel
+ * adds them) and acc restarts from 0. */
+NM_INLINE void amx_chunk_flush(__m512 *acc, const struct amx_out *o) {
     NM_UNROLL for (int r = 0; r < 16; r++) {
-        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(acc[r]));
-        const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r]), 1)));
-        _mm512_store_pd(dacc + 16 * r, _mm512_add_pd(_mm512_load_pd(dacc + 16 * r), lo));
-        _mm512_store_pd(dacc + 16 * r + 8, _mm512_add_pd(_mm512_load_pd(dacc + 16 * r + 8), hi));
+        if (r < o->rows) nm_store_rows(NULL, o->yd + r * o->ldy, o->rm, acc[r]);
         acc[r] = _mm512_setzero_ps();
     }
 }
@@ -202,11 +211,12 @@ NM_INLINE void amx_chunk_flush(__m512 *acc, double *dacc) {
 
 /* One activation tile (ab: its first block in tile order, pk_args.act_tiles) times one row
  * group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K: per block
- * two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. With ce
- * (chunk ends, ascending, the last = nb), every chunk's acc goes to dacc through
- * amx_chunk_flush right after the f32 step of its last block. */
+ * two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. The
+ * blocks are b0.. b0 + nb - 1 of the row; with ce (chunk ends of the row, ascending, the first
+ * one > b0), every chunk's acc goes to out through amx_chunk_flush right after the f32 step of
+ * its last block. */
 NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *pnl, size_t ps, int64_t nb,
-                          int32_t *cb, __m512 *acc, const int32_t *ce, double *dacc) {
+                          int32_t *cb, __m512 *acc, const int32_t *ce, int64_t b0, const struct amx_out *out) {
     const long st = 32;
 #define AMX_A(b) (ab + (size_t)(b) * PK_ACT_TILE_B)
 #define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
@@ -214,8 +224,8 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *
 #define AMX_B(b) (pnl + (size_t)(b) * ps)
 #define AMX_CHUNK(b)                                                                                        \
     do {                                                                                                    \
-        if (ce && (b) + 1 == *ce) {                                                                         \
-            amx_chunk_flush(acc, dacc);                                                                     \
+        if (ce && b0 + (b) + 1 == *ce) {                                                                    \
+            amx_chunk_flush(acc, out);                                                                      \
             ce++;                                                                                           \
         }                                                                                                   \
     } while (0)
@@ -308,23 +318,32 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *
 #undef AMX_T
 }
 
-/* Int8 tiles for one type: for each batch of row groups whose panels fit AMX_PANEL_BUDGET, the
- * panels are unpacked once; then every activation tile (16 rows, in tile order: codes one
- * TILELOADD of stride 32, the rows' d and isum one line) runs over every panel of the batch, one
- * tile product per block, the f32 step trailing (amx_i8_dot). */
+/* Int8 tiles for one type. The weight is taken in slabs of AMX_SLAB_BLOCKS blocks of K for a
+ * batch of row groups whose slab panels fit AMX_PANEL_BUDGET (L2): the panels are unpacked once;
+ * then every activation tile (16 rows, in tile order: codes one TILELOADD of stride 32, the rows'
+ * d and isum one line) runs over every panel of the batch, one tile product per block, the f32
+ * step trailing (amx_i8_dot). An activation tile's slab is read from the shared cache once per
+ * batch of groups and reused from L2 by each of them; between slabs each (tile, group)'s 16 x 16
+ * f32 accumulators wait in an L2 buffer, so every output is still one f32 sum over K in block
+ * order (the same bits as one pass: the slabs change where acc lives, not the operations). */
 NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     NM_ASSERT(a->act_tiles);
     const int q6 = t == DTYPE_Q6_K;
     const int ublk = pk_unit_cols(t) / 32;
     const int64_t nb = a->n_units * ublk;
     const size_t ub = pk_unit_bytes(t);
-    const size_t ps = AMX_PANEL_B + 64 * (size_t)amx_np(t), panel = (size_t)nb * ps;
+    const size_t ps = AMX_PANEL_B + 64 * (size_t)amx_np(t);
+    const int m = a->m, nt = (m + 15) / 16;
+    /* one activation tile: no reuse to gain from slabs */
+    const int64_t sb = nt == 1 ? nb : NM_MIN(nb, (int64_t)AMX_SLAB_BLOCKS / ublk * ublk);
+    const size_t panel = (size_t)sb * ps; /* one group's slab */
     const int64_t gbatch = NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
-    const int m = a->m;
-    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + 2048 + 64);
+    const bool slabs = sb < nb;
+    const size_t accb = slabs ? (size_t)nt * (size_t)gbatch * 1024 : 0; /* [tile][group][16][16] f32 */
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + accb + 64);
     uint8_t *pnl = scr;
     int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel);
-    double *dacc = (double *)(scr + (size_t)gbatch * panel + 4096); /* [16][16]: chunked calls */
+    float *accbuf = (float *)(scr + (size_t)gbatch * panel + 4096);
     const bool chunked = a->chunk_end != NULL;
     NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nb));
 
@@ -349,36 +368,39 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
 
     for (int64_t g0 = 0; g0 < a->n_groups; g0 += gbatch) {
         const int64_t ng = NM_MIN(gbatch, a->n_groups - g0);
-        for (int64_t j = 0; j < ng; j++) {
-            const uint8_t *wg = a->w + (size_t)(g0 + j) * a->group_stride;
-            for (int64_t u = 0; u < a->n_units; u++)
-                for (int s = 0; s < ublk; s++)
-                    amx_unpack_blk(t, wg + (size_t)u * ub, s, pnl + (size_t)j * panel + (size_t)(u * ublk + s) * ps);
-        }
-        for (int m0 = 0; m0 < m; m0 += 16) {
-            const int rows = NM_MIN(16, m - m0);
-            const uint8_t *ab = a->act + (size_t)(m0 / 16) * a->act_stride;
+        const int32_t *ce0 = a->chunk_end;
+        for (int64_t k0 = 0; k0 < nb; k0 += sb) {
+            const int64_t kb = NM_MIN(sb, nb - k0);
+            const bool first = k0 == 0, last = k0 + kb == nb;
+            while (chunked && *ce0 <= k0) ce0++; /* the first chunk that ends in this slab or later */
             for (int64_t j = 0; j < ng; j++) {
-                __m512 acc[16];
-                NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-                if (chunked) memset(dacc, 0, 256 * sizeof(double));
-                amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, nb, cb, acc, a->chunk_end, dacc);
-                const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
-                const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
-                const __mmask8 rm0 = (__mmask8)(rm & 0xFF), rm1 = (__mmask8)(rm >> 8);
-                NM_UNROLL for (int r = 0; r < 16; r++)
-                    if (r < rows) {
-                        const int64_t o = (int64_t)(m0 + r) * a->ldy + g * PK_ROWS;
-                        if (!chunked) {
-                            nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm, acc[r]);
-                            continue;
-                        }
-                        double *yd = a->yd + o; /* += the chunks' double sum (yd starts at 0) */
-                        _mm512_mask_storeu_pd(yd, rm0, _mm512_add_pd(_mm512_maskz_loadu_pd(rm0, yd),
-                                                                     _mm512_load_pd(dacc + 16 * r)));
-                        _mm512_mask_storeu_pd(yd + 8, rm1, _mm512_add_pd(_mm512_maskz_loadu_pd(rm1, yd + 8),
-                                                                         _mm512_load_pd(dacc + 16 * r + 8)));
+                const uint8_t *wg = a->w + (size_t)(g0 + j) * a->group_stride;
+                for (int64_t b = 0; b < kb; b++)
+                    amx_unpack_blk(t, wg + (size_t)((k0 + b) / ublk) * ub, (int)((k0 + b) % ublk),
+                                   pnl + (size_t)j * panel + (size_t)b * ps);
+            }
+            for (int ti = 0; ti < nt; ti++) {
+                const int m0 = 16 * ti, rows = NM_MIN(16, m - m0);
+                const uint8_t *ab = a->act + (size_t)ti * a->act_stride + (size_t)k0 * PK_ACT_TILE_B;
+                for (int64_t j = 0; j < ng; j++) {
+                    const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+                    const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
+                    const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
+                    const struct amx_out out = {.yd = a->yd ? a->yd + o : NULL, .ldy = a->ldy, .rows = rows, .rm = rm};
+                    float *sav = accbuf + ((size_t)ti * (size_t)gbatch + (size_t)j) * 256;
+                    __m512 acc[16];
+                    NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sav + 16 * r);
+                    amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, kb, cb, acc, chunked ? ce0 : NULL, k0, &out);
+                    if (!last) {
+                        NM_UNROLL for (int r = 0; r < 16; r++) _mm512_store_ps(sav + 16 * r, acc[r]);
+                        continue;
                     }
+                    if (chunked) continue; /* every chunk went to yd as it ended */
+                    NM_UNROLL for (int r = 0; r < 16; r++)
+                        if (r < rows)
+                            nm_store_rows(a->yd ? NULL : a->y + o + r * a->ldy, a->yd ? a->yd + o + r * a->ldy : NULL,
+                                          rm, acc[r]);
+                }
             }
         }
     }
@@ -403,16 +425,164 @@ static void AMX_FN_INT8(const struct pk_args *a) {
     }
 }
 
+/* ---- bf16 tiles ---------------------------------------------------------------------------
+ * F16/BF16 weights, and the quantized types when the caller lets prompt rows round to bf16
+ * (pk_args.bf16_tiles): every weight value as bf16 in 1 KiB blocks of 32 columns (16 pair lines:
+ * the TDPBF16PS B tile), activations as bf16 rows. C accumulates f32 over K in the tile
+ * registers, so there is no per-block f32 step: the tile unit and the tile loads are the cost.
+ *
+ * Blocking, for L2 (2 MiB per core): a batch of row groups whose slab of AMX_BF_SLAB blocks of K
+ * fits AMX_BF_PANEL is converted once (F16 -> bf16; quantized: codes x scale [+ min], rounded);
+ * then every pair of activation tiles (32 rows) runs over every pair of groups of the batch (2 A
+ * x 2 B -> 4 C tiles: tmm0/1 A, tmm2/3 B, tmm4..7 C). The activation slab of 32 rows is read
+ * from the shared cache once per batch and reused from L2 by its groups; between slabs the C
+ * tiles wait in an L2 buffer. */
+#define AMX_BF_PANEL (768 * 1024)
+#define AMX_BF_SLAB 64
+
+/* Int8 line q of a block in B-tile order (amx_unpack_blk: dword r = row r's codes of columns
+ * 4q..4q+3) as the two bf16 pair lines 2q, 2q + 1: value = code * s (+ mn when mn), s and mn
+ * per row, in the pair layout (lane 2r + i = row r). Rounded to bf16 to nearest even. */
+NM_INLINE void amx_bf_line(const uint8_t *q, __m512 slo, __m512 shi, const __m512 *mlo, const __m512 *mhi,
+                           uint8_t *dst) {
+    const __m512i v = _mm512_load_si512(q);
+    const __m256i w[2] = {_mm512_cvtepi32_epi16(v), _mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))};
+    NM_UNROLL for (int h = 0; h < 2; h++) {
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(w[h])));
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(w[h], 1)));
+        if (mlo) {
+            lo = _mm512_fmadd_ps(lo, slo, *mlo);
+            hi = _mm512_fmadd_ps(hi, shi, *mhi);
+        } else {
+            lo = _mm512_mul_ps(lo, slo);
+            hi = _mm512_mul_ps(hi, shi);
+        }
+        _mm512_store_si512(dst + 64 * h, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+/* Block blk (32 columns) of row group wg as 16 bf16 pair lines at dst (1 KiB); tmp: a panel
+ * entry's scratch (AMX_PANEL_B + 256 bytes, 64-aligned) for the quantized types. */
+NM_INLINE void amx_bf_block(const enum dtype t, const uint8_t *wg, int64_t blk, uint8_t *dst, uint8_t *tmp) {
+    if (t == DTYPE_BF16 || t == DTYPE_F16) {
+        const uint8_t *u = wg + (size_t)blk * 1024;
+        NM_UNROLL for (int p = 0; p < 16; p += 2) {
+            if (t == DTYPE_BF16) {
+                _mm512_store_si512(dst + 64 * p, _mm512_loadu_si512(u + 64 * p));
+                _mm512_store_si512(dst + 64 * p + 64, _mm512_loadu_si512(u + 64 * p + 64));
+                continue;
+            }
+            const __m512 f0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p)));
+            const __m512 f1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p + 32)));
+            const __m512 f2 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p + 64)));
+            const __m512 f3 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 64 * p + 96)));
+            _mm512_store_si512(dst + 64 * p, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
+            _mm512_store_si512(dst + 64 * p + 64, (__m512i)_mm512_cvtne2ps_pbh(f3, f2));
+        }
+        return;
+    }
+    const int ublk = pk_unit_cols(t) / 32;
+    amx_unpack_blk(t, wg + (size_t)(blk / ublk) * pk_unit_bytes(t), (int)(blk % ublk), tmp);
+    const float *prm = (const float *)(tmp + AMX_PANEL_B);
+    const __m512i ilo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
+    __m512 s0 = _mm512_load_ps(prm), s1 = s0;
+    __m512 mn = _mm512_setzero_ps();
+    const bool has_mn = t == DTYPE_Q4_1 || t == DTYPE_Q4_K || t == DTYPE_Q5_K;
+    if (t == DTYPE_Q4_1) mn = _mm512_load_ps(prm + 16);
+    if (t == DTYPE_Q4_K || t == DTYPE_Q5_K) mn = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(prm + 16));
+    if (t == DTYPE_Q6_K) { /* lines 0-3: the first 16 columns' scale, lines 4-7: the second's */
+        s0 = _mm512_mul_ps(_mm512_load_ps(prm), _mm512_cvtepi32_ps(_mm512_load_si512(prm + 16)));
+        s1 = _mm512_mul_ps(_mm512_load_ps(prm), _mm512_cvtepi32_ps(_mm512_load_si512(prm + 32)));
+    }
+    const __m512 mlo = _mm512_permutexvar_ps(ilo, mn), mhi = _mm512_permutexvar_ps(ihi, mn);
+    const __m512 a_lo = _mm512_permutexvar_ps(ilo, s0), a_hi = _mm512_permutexvar_ps(ihi, s0);
+    const __m512 b_lo = _mm512_permutexvar_ps(ilo, s1), b_hi = _mm512_permutexvar_ps(ihi, s1);
+    NM_UNROLL for (int q = 0; q < 8; q++)
+        amx_bf_line(tmp + 64 * q, q < 4 ? a_lo : b_lo, q < 4 ? a_hi : b_hi, has_mn ? &mlo : NULL, has_mn ? &mhi : NULL,
+                    dst + 128 * q);
+}
+
+/* Block blk (32 columns) of row group g of a ROWS-layout block type (pk_args.codec) as 16 bf16
+ * pair lines at dst: each row's sub-block through the type's decoder (value = d * q + m, as
+ * block.h writes it), rounded to bf16, then transposed from rows to pair lines; rows past n_rows
+ * are zeros. tmp: 1 KiB, 64-aligned. */
+NM_INLINE void amx_bf_rows_block(const struct pk_args *a, int64_t g, int64_t blk, uint8_t *dst, uint8_t *tmp) {
+    const struct block_codec *c = a->codec;
+    const int sub = (int)c->info.blck_size / 32;
+    const size_t rb = a->group_stride / PK_ROWS;
+    const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+    const uint8_t *wg = a->w + (size_t)g * a->group_stride + (size_t)(blk / sub) * c->info.type_size;
+    uint32_t *rowv = (uint32_t *)tmp; /* [row][pair] */
+    for (int r = 0; r < PK_ROWS; r++) {
+        if (r >= rows) {
+            _mm512_store_si512(rowv + 16 * r, _mm512_setzero_si512());
+            continue;
+        }
+        struct block_sub32 b;
+        c->decode32(wg + (size_t)r * rb, (int)(blk % sub), &b);
+        const __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b.q)));
+        const __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b.q + 16))));
+        const __m512 v0 = _mm512_add_ps(_mm512_mul_ps(q0, _mm512_set1_ps(b.d[0])), _mm512_set1_ps(b.m[0]));
+        const __m512 v1 = _mm512_add_ps(_mm512_mul_ps(q1, _mm512_set1_ps(b.d[1])), _mm512_set1_ps(b.m[1]));
+        _mm512_store_si512(rowv + 16 * r, (__m512i)_mm512_cvtne2ps_pbh(v1, v0));
+    }
+    const __m512i idx = _mm512_set_epi32(240, 224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 16, 0);
+    NM_UNROLL for (int p = 0; p < 16; p++) /* line p: pair p of rows 0..15 */
+        _mm512_store_si512(dst + 64 * p, _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(p)), rowv, 4));
+}
+
+/* C tiles 4..7 (activation tile i of the pair, group j + jj: tile 4 + 2 i + jj) of the pair at
+ * row m0 and groups g, g + 1 (two) through cbuf into the output: y written, or yd added to
+ * (chunks end to end: each chunk's f32 partial added in double, in order). */
+NM_INLINE void amx_bf_out(const struct pk_args *a, float *cbuf, int64_t g, bool two, int m0, int mt) {
+    TILE_STORE(4, cbuf, 64);
+    if (two) TILE_STORE(5, cbuf + 256, 64);
+    if (mt == 2) {
+        TILE_STORE(6, cbuf + 512, 64);
+        if (two) TILE_STORE(7, cbuf + 768, 64);
+    }
+    for (int i = 0; i < mt; i++)
+        for (int jj = 0; jj < (two ? 2 : 1); jj++) {
+            const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - (g + jj) * PK_ROWS);
+            const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
+            const int rows = NM_MIN(16, a->m - m0 - 16 * i);
+            for (int r = 0; r < rows; r++) {
+                const int64_t o = (int64_t)(m0 + 16 * i + r) * a->ldy + (g + jj) * PK_ROWS;
+                nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm,
+                              _mm512_load_ps(cbuf + 256 * (2 * i + jj) + 16 * r));
+            }
+        }
+}
+
 static void AMX_FN_BF16(const struct pk_args *a) {
     const enum dtype t = a->type;
-    const int64_t nu = a->n_units;
-    const int m = a->m;
-    const size_t gb = (size_t)nu * 1024; /* one group's B tiles as bf16 */
-    const size_t tail_stride = (size_t)nu * 64;
-    uint8_t *scr = amx_scratch(2 * gb + 2 * 4096 + 16 * tail_stride + 64);
-    uint8_t *bbuf = scr;
-    float *cbuf = (float *)(scr + 2 * gb);
-    uint8_t *tail = scr + 2 * gb + 2 * 4096;
+    const bool direct = t == DTYPE_BF16; /* B tiles straight from the packed weight */
+    const int ucols = a->codec ? (int)a->codec->info.blck_size : pk_unit_cols(t);
+    const int64_t nbk = a->n_units * (ucols / 32); /* blocks of 32 columns */
+    const int m = a->m, np = (m + 31) / 32;
+    const int64_t sb = NM_MIN(nbk, (int64_t)AMX_BF_SLAB);
+    const size_t panel = (size_t)sb * 1024; /* one group's slab */
+    int64_t gb = NM_MIN(a->n_groups, NM_MAX((int64_t)2, (int64_t)(AMX_BF_PANEL / panel)));
+    if (gb > 1) gb &= ~(int64_t)1; /* pairs of groups */
+    const int64_t gp = (gb + 1) / 2;  /* pairs per batch */
+    const bool slabs = sb < nbk, chunked = a->chunk_end != NULL;
+    NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nbk));
+    const size_t kbytes = (size_t)nbk * 64; /* one activation row's bf16 */
+    const size_t accb = slabs ? (size_t)np * (size_t)gp * 4096 : 0; /* [tile pair][group pair][4 C tiles] */
+    uint8_t *scr = amx_scratch((direct ? 0 : (size_t)gb * panel) + 4096 + 1024 + 16 * kbytes + accb + 64);
+    uint8_t *pnl = scr;
+    float *cbuf = (float *)(scr + (direct ? 0 : (size_t)gb * panel));
+    uint8_t *tmp = (uint8_t *)cbuf + 4096;
+    uint8_t *tail = tmp + 1024;
+    float *accbuf = (float *)(tail + 16 * kbytes);
+    /* the last 16-row tile when m is not a multiple of 16: zero-padded, once per call */
+    const int tail_rows = m % 16, tail_m0 = m - tail_rows;
+    if (tail_rows) {
+        memset(tail, 0, 16 * kbytes);
+        for (int r = 0; r < tail_rows; r++)
+            memcpy(tail + (size_t)r * kbytes, a->act + (size_t)(tail_m0 + r) * a->act_stride, kbytes);
+    }
 
     struct amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -420,88 +590,90 @@ static void AMX_FN_BF16(const struct pk_args *a) {
     for (int i = 0; i < 8; i++) amx_cfg_set(&cfg, i, 16, 64);
     TILE_CFG(&cfg);
 
-    for (int64_t g0 = 0; g0 < a->n_groups; g0 += 2) {
-        const int ng = (int)NM_MIN((int64_t)2, a->n_groups - g0);
-        const uint8_t *bt[2];
-        for (int j = 0; j < ng; j++) {
-            const uint8_t *wg = a->w + (size_t)(g0 + j) * a->group_stride;
-            if (t == DTYPE_BF16) {
-                bt[j] = wg;
-                continue;
-            }
-            /* F16 -> bf16 (round to nearest even) once per group */
-            uint8_t *dst = bbuf + (size_t)j * gb;
-            for (int64_t u = 0; u < nu; u++)
-                for (int p = 0; p < 16; p++) {
-                    const __m256i h = _mm256_loadu_si256((const __m256i *)(wg + (size_t)u * 1024 + 64 * p));
-                    const __m256i h2 = _mm256_loadu_si256((const __m256i *)(wg + (size_t)u * 1024 + 64 * p + 32));
-                    const __m512 f0 = _mm512_cvtph_ps(h), f1 = _mm512_cvtph_ps(h2);
-                    const __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(f0)),
-                                                         (__m256i)_mm512_cvtneps_pbh(f1), 1);
-                    _mm512_store_si512(dst + (size_t)u * 1024 + 64 * p, b);
+    for (int64_t g0 = 0; g0 < a->n_groups; g0 += gb) {
+        const int64_t ng = NM_MIN(gb, a->n_groups - g0);
+        const int32_t *ce0 = a->chunk_end;
+        for (int64_t k0 = 0; k0 < nbk; k0 += sb) {
+            const int64_t kb = NM_MIN(sb, nbk - k0);
+            const bool first = k0 == 0, last = k0 + kb == nbk;
+            while (chunked && *ce0 <= k0) ce0++; /* the first chunk that ends in this slab or later */
+            if (!direct)
+                for (int64_t j = 0; j < ng; j++)
+                    for (int64_t b = 0; b < kb; b++) {
+                        uint8_t *dst = pnl + (size_t)j * panel + (size_t)b * 1024;
+                        if (a->codec) amx_bf_rows_block(a, g0 + j, k0 + b, dst, tmp);
+                        else amx_bf_block(t, a->w + (size_t)(g0 + j) * a->group_stride, k0 + b, dst, tmp);
+                    }
+            for (int p = 0; p < np; p++) {
+                const int m0 = 32 * p, mt = m - m0 > 16 ? 2 : 1;
+                const uint8_t *ab[2];
+                size_t ast[2];
+                for (int i = 0; i < mt; i++) {
+                    const int r0 = m0 + 16 * i;
+                    const bool is_tail = r0 == tail_m0 && tail_rows;
+                    ab[i] = (is_tail ? tail : a->act + (size_t)r0 * a->act_stride) + (size_t)k0 * 64;
+                    ast[i] = is_tail ? kbytes : a->act_stride;
                 }
-            bt[j] = dst;
-        }
-        for (int m0 = 0; m0 < m; m0 += 32) {
-            const int mt = m - m0 > 16 ? 2 : 1;
-            const uint8_t *abase[2];
-            size_t astr[2];
-            int arows[2];
-            for (int i = 0; i < mt; i++) {
-                const int r0 = m0 + 16 * i, nr = NM_MIN(16, m - r0);
-                arows[i] = nr;
-                if (nr == 16) {
-                    abase[i] = a->act + (size_t)r0 * a->act_stride;
-                    astr[i] = a->act_stride;
-                } else {
-                    memset(tail, 0, 16 * tail_stride);
-                    for (int r = 0; r < nr; r++)
-                        memcpy(tail + (size_t)r * tail_stride, a->act + (size_t)(r0 + r) * a->act_stride, tail_stride);
-                    abase[i] = tail;
-                    astr[i] = tail_stride;
-                }
-            }
-            TILE_ZERO(4);
-            TILE_ZERO(5);
-            TILE_ZERO(6);
-            TILE_ZERO(7);
-            for (int64_t u = 0; u < nu; u++) {
-                TILE_LOAD(0, abase[0] + (size_t)u * 64, astr[0]);
-                TILE_LOAD(2, bt[0] + (size_t)u * 1024, 64);
-                TILE_DPBF16PS(4, 0, 2);
-                if (ng == 2) {
-                    TILE_LOAD(3, bt[1] + (size_t)u * 1024, 64);
-                    TILE_DPBF16PS(5, 0, 3);
-                }
-                if (mt == 2) {
-                    TILE_LOAD(1, abase[1] + (size_t)u * 64, astr[1]);
-                    TILE_DPBF16PS(6, 1, 2);
-                    if (ng == 2) TILE_DPBF16PS(7, 1, 3);
-                }
-            }
-            TILE_STORE(4, cbuf, 64);
-            if (ng == 2) TILE_STORE(5, cbuf + 256, 64);
-            if (mt == 2) {
-                TILE_STORE(6, cbuf + 512, 64);
-                if (ng == 2) TILE_STORE(7, cbuf + 768, 64);
-            }
-            for (int i = 0; i < mt; i++)
-                for (int j = 0; j < ng; j++) {
-                    const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - (g0 + j) * PK_ROWS);
-                    const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
-                    for (int r = 0; r < arows[i]; r++) {
-                        const int64_t o = (int64_t)(m0 + 16 * i + r) * a->ldy + (g0 + j) * PK_ROWS;
-                        nm_store_rows(a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, rm,
-                                      _mm512_load_ps(cbuf + 256 * (2 * i + j) + 16 * r));
+                for (int64_t j = 0; j < ng; j += 2) {
+                    const bool two = j + 1 < ng;
+                    const uint8_t *bt[2];
+                    for (int i = 0; i < 2; i++) {
+                        const int64_t jj = NM_MIN(j + i, ng - 1);
+                        bt[i] = direct ? a->w + (size_t)(g0 + jj) * a->group_stride + (size_t)k0 * 1024
+                                       : pnl + (size_t)jj * panel;
+                    }
+                    float *sav = accbuf + ((size_t)p * (size_t)gp + (size_t)(j / 2)) * 1024; /* 4 C tiles */
+                    if (first) {
+                        TILE_ZERO(4);
+                        TILE_ZERO(5);
+                        TILE_ZERO(6);
+                        TILE_ZERO(7);
+                    } else {
+                        TILE_LOAD(4, sav, 64);
+                        TILE_LOAD(5, sav + 256, 64);
+                        TILE_LOAD(6, sav + 512, 64);
+                        TILE_LOAD(7, sav + 768, 64);
+                    }
+                    const int32_t *ce = chunked ? ce0 : NULL;
+                    for (int64_t b = 0; b < kb; b++) {
+                        TILE_LOAD(0, ab[0] + (size_t)b * 64, ast[0]);
+                        TILE_LOAD(2, bt[0] + (size_t)b * 1024, 64);
+                        TILE_DPBF16PS(4, 0, 2);
+                        if (two) {
+                            TILE_LOAD(3, bt[1] + (size_t)b * 1024, 64);
+                            TILE_DPBF16PS(5, 0, 3);
+                        }
+                        if (mt == 2) {
+                            TILE_LOAD(1, ab[1] + (size_t)b * 64, ast[1]);
+                            TILE_DPBF16PS(6, 1, 2);
+                            if (two) TILE_DPBF16PS(7, 1, 3);
+                        }
+                        if (ce && k0 + b + 1 == *ce) { /* a chunk ends: its partial to yd, C from 0 */
+                            amx_bf_out(a, cbuf, g0 + j, two, m0, mt);
+                            TILE_ZERO(4);
+                            TILE_ZERO(5);
+                            TILE_ZERO(6);
+                            TILE_ZERO(7);
+                            ce++;
+                        }
+                    }
+                    if (!last) {
+                        TILE_STORE(4, sav, 64);
+                        TILE_STORE(5, sav + 256, 64);
+                        TILE_STORE(6, sav + 512, 64);
+                        TILE_STORE(7, sav + 768, 64);
+                    } else if (!chunked) {
+                        amx_bf_out(a, cbuf, g0 + j, two, m0, mt);
                     }
                 }
+            }
         }
     }
 }
 
 void AMX_FN(const struct pk_args *a) {
     if (a->m == 0 || a->n_groups == 0) return;
-    if (a->type == DTYPE_F16 || a->type == DTYPE_BF16) AMX_FN_BF16(a);
+    if (a->type == DTYPE_F16 || a->type == DTYPE_BF16 || a->bf16_tiles) AMX_FN_BF16(a);
     else AMX_FN_INT8(a);
     TILE_RELEASE();
 }

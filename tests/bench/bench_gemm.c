@@ -106,8 +106,8 @@ int main(int argc, char **argv) {
         const double peak_i8 = 2048.0 * nth * ghz * 1e-3, peak_bf = 1024.0 * nth * ghz * 1e-3; /* TOP/s */
         printf("\n## threads=%d  stream read %.2f GB/s (min %.2f max %.2f); AMX peak %.1f int8 TOP/s, %.1f bf16 TFLOP/s\n",
                nth, stream, slo, shi, peak_i8, peak_bf);
-        printf("%-5s %-11s | %8s %6s | %8s %6s | %9s %9s %6s | %9s %6s\n", "type", "KxN", "pk GB/s", "%strm",
-               "rows GB/s", "%strm", "vnni TF/s", "amx TF/s", "%peak", "amx/vnni", "MiB");
+        printf("%-5s %-11s | %8s %6s | %8s %6s | %9s %9s %6s | %9s %6s | %9s %6s\n", "type", "KxN", "pk GB/s", "%strm",
+               "rows GB/s", "%strm", "vnni TF/s", "amx TF/s", "%peak", "amx/vnni", "MiB", "bf16 TF/s", "%peak");
         for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
             const enum dtype t = k_types[ti];
             const struct dtype_info *info = dtype_get((uint32_t)t);
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
                 const double gr = rbytes / time_calls(pool, wr, copies, &x1, y, reps);
                 struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
                 const double flop = 2.0 * m_gemm * (double)n * (double)k;
-                const int greps = NM_MAX(1, reps / 2);
+                const int greps = reps;
                 kern_matmul_force_path(KERN_PATH_VNNI);
                 const double tv = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
                 double ta = 0;
@@ -150,10 +150,17 @@ int main(int argc, char **argv) {
                     kern_matmul_force_path(KERN_PATH_AMX);
                     ta = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
                 }
+                double tb = 0; /* a quantized type on the bf16 tiles (kern_matmul_allow_bf16_tiles) */
+                if (amx && dtype_uses_q8x(t) && m_gemm >= kern_matmul_bf16_min_m(t)) {
+                    kern_matmul_allow_bf16_tiles(true);
+                    kern_matmul_force_path(KERN_PATH_AMX);
+                    tb = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
+                    kern_matmul_allow_bf16_tiles(false);
+                }
                 const double peak = dtype_uses_q8x(t) ? peak_i8 : peak_bf;
-                printf("%-5s %-11s | %8.2f %5.0f%% | %8.2f %5.0f%% | %9.3f %9.3f %5.1f%% | %9.2f %6.1f\n", info->name, shape,
-                       gp, 100 * gp / stream, gr, 100 * gr / stream, tv, ta, 100 * ta / peak, ta > 0 ? ta / tv : 0.0,
-                       pbytes / 1048576.0);
+                printf("%-5s %-11s | %8.2f %5.0f%% | %8.2f %5.0f%% | %9.3f %9.3f %5.1f%% | %9.2f %6.1f | %9.3f %5.1f%%\n",
+                       info->name, shape, gp, 100 * gp / stream, gr, 100 * gr / stream, tv, ta, 100 * ta / peak,
+                       ta > 0 ? ta / tv : 0.0, pbytes / 1048576.0, tb, 100 * tb / peak_bf);
                 fflush(stdout);
                 if (chunk > 0 && k % chunk == 0 && chunk % info->blck_size == 0) {
                     double *yd = nm_alloc((size_t)m_gemm * n * 8, 64, "yd");
@@ -164,8 +171,15 @@ int main(int argc, char **argv) {
                         kern_matmul_force_path(KERN_PATH_AMX);
                         ca = flop / time_chunked(pool, wp, chunk, &xm, yd, greps) * 1e-3;
                     }
-                    printf("  chunked %s %s, chunks of %d columns: vnni %.3f TF/s, amx %.3f TF/s (%.1f%% of peak)\n",
-                           info->name, shape, chunk, cv, ca, 100 * ca / peak);
+                    double cb = 0;
+                    if (amx && dtype_uses_q8x(t) && m_gemm >= kern_matmul_bf16_min_m(t)) {
+                        kern_matmul_allow_bf16_tiles(true);
+                        kern_matmul_force_path(KERN_PATH_AMX);
+                        cb = flop / time_chunked(pool, wp, chunk, &xm, yd, greps) * 1e-3;
+                        kern_matmul_allow_bf16_tiles(false);
+                    }
+                    printf("  chunked %s %s, chunks of %d columns: vnni %.3f TF/s, amx %.3f TF/s (%.1f%% of peak), "
+                           "amx bf16 %.3f TF/s\n", info->name, shape, chunk, cv, ca, 100 * ca / peak, cb);
                     nm_free(yd);
                 }
                 if (sweep && si == SWEEP_SHAPE && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {

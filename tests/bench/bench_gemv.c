@@ -2,7 +2,8 @@
  *  - m = 1 (decode GEMV): GB/s of weight bytes read, next to the STREAM read bandwidth measured
  *    in the same run with the same threads (the ceiling: decode is memory bound). Enough copies
  *    of the weight are cycled (>= 512 MiB in all) that every call reads it from DRAM, not L3.
- *  - m = 512 (prefill GEMM): GFLOP/s (2 m n k flops per call), one weight copy.
+ *  - m = 512 (prefill GEMM): GFLOP/s (2 m n k flops per call), one weight copy; where AMX runs,
+ *    also on the AMX-BF16 tiles (kern_matmul_allow_bf16_tiles: a prompt of one sequence).
  * The activation's q8x copy is made once and reused (q8_ready), as a decode step shares it
  * between Q/K/V and gate/up; the quantization is not timed. One warm-up pass is excluded; the
  * median of the repetitions is reported with min and max. Threads are bound to cpus 0..t-1.
@@ -74,8 +75,8 @@ int main(int argc, char **argv) {
         struct pool *pool = pool_init(nth, cpus);
         double slo, shi, stream = bench_stream_measure(pool, (size_t)1 << 30, 5, &slo, &shi);
         printf("\n## threads=%d  stream read bandwidth: %.2f GB/s (min %.2f, max %.2f)\n", nth, stream, slo, shi);
-        printf("%-7s %-11s %9s %9s %9s %9s %7s | %10s %9s\n", "type", "KxN", "gemv_us", "GB/s",
-               "min", "max", "%strm", "gemm_ms", "GFLOP/s");
+        printf("%-7s %-11s %9s %9s %9s %9s %7s | %10s %9s %9s\n", "type", "KxN", "gemv_us", "GB/s",
+               "min", "max", "%strm", "gemm_ms", "GFLOP/s", "bf16 GF/s");
         for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
             const enum dtype t = k_types[ti];
             const struct dtype_info *info = dtype_get((uint32_t)t);
@@ -134,8 +135,23 @@ int main(int argc, char **argv) {
                     gmed = bench_median(v, greps, &glo, &ghi);
                     gflops = 2.0 * m_gemm * (double)n * (double)k / gmed;
                 }
-                printf("%-7s %-11s %9.1f %9.2f %9.2f %9.2f %6.0f%% | %10.2f %9.1f\n", info->name,
-                       shape, med * 1e-3, gbs, gbs_lo, gbs_hi, 100.0 * gbs / stream, gmed * 1e-6, gflops);
+                /* the same GEMM on the AMX-BF16 tiles where they run (a prompt of one sequence) */
+                double bflops = 0.0;
+                if (m_gemm >= kern_matmul_bf16_min_m(t) && kern_amx_available() && dtype_uses_q8x(t)) {
+                    kern_matmul_allow_bf16_tiles(true);
+                    struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
+                    const int greps = NM_MAX(1, reps / 3);
+                    kern_matmul(pool, &w[0], &xm, y, n);
+                    for (int r = 0; r < greps; r++) {
+                        uint64_t t0 = nm_time_ns();
+                        kern_matmul(pool, &w[0], &xm, y, n);
+                        v[r] = (double)(nm_time_ns() - t0);
+                    }
+                    bflops = 2.0 * m_gemm * (double)n * (double)k / bench_median(v, greps, NULL, NULL);
+                    kern_matmul_allow_bf16_tiles(false);
+                }
+                printf("%-7s %-11s %9.1f %9.2f %9.2f %9.2f %6.0f%% | %10.2f %9.1f %9.1f\n", info->name,
+                       shape, med * 1e-3, gbs, gbs_lo, gbs_hi, 100.0 * gbs / stream, gmed * 1e-6, gflops, bflops);
                 fflush(stdout);
                 free(v);
                 free(w);

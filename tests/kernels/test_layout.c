@@ -65,10 +65,11 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (!weight_layout_supports(WEIGHT_LAYOUT_Q_TILE16, t) && t != DTYPE_F16 && t != DTYPE_BF16) {
-                /* GGUF blocks as stored: AVX-512 kernels where the build has them for the type */
+                /* GGUF blocks as stored: AVX-512 kernels where the build has them for the type, and
+                 * the AMX-BF16 tiles for prompts where the CPU has them */
                 const bool fast = has512 && kern_isa_avx512_has(t);
-                expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, WEIGHT_LAYOUT_ROWS, !fast,
-                       !has512 ? (c == &avx2 ? "AVX-512" : "XCR0") : "no AVX-512 kernel for");
+                expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, WEIGHT_LAYOUT_ROWS, !fast || !hasamx,
+                       c == &refused ? "refused" : !hasamx ? "AMX-BF16" : "no AVX-512 kernel for");
                 continue;
             }
             const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;

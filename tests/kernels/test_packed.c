@@ -16,6 +16,7 @@
  *     only that chunk's columns (src_stride), bit for bit.
  *
  * Options: --seed N, --type NAME, --amx-only (only the AMX checks; exit 77 without AMX). */
+#include "blocks/block.h"
 #include "cpu.h"
 #include "ktest.h"
 #include "matmul.h"
@@ -317,13 +318,106 @@ static void test_matmul(krng *r, struct pool *pool, enum dtype t, double tol, in
     free(wantc);
 }
 
+/* ---- quantized types on the bf16 tiles (kern_matmul_allow_bf16_tiles) --------------------
+ * The plain-C twin (REF with the tiles allowed: bf16 weights and activations, f32 in column
+ * order) against the exact reference within the bf16 tolerance; the tile code (emulated, and
+ * real with AMX) against the twin within f32 summation order, the same bits on 1 and 2 threads,
+ * and the chunked matmul (one call per chunk) likewise. m >= kern_matmul_bf16_min_m. */
+static void test_bf16_tiles(krng *r, enum dtype t, int64_t k, int64_t n, int m) {
+    char label[160];
+    const bool rows = block_codec_get(t) != NULL; /* a block type: its GGUF rows (ROWS layout) */
+    snprintf(label, sizeof label, "bf16 tiles %s%s k=%" PRId64 " n=%" PRId64 " m=%d", dtype_get(t)->name,
+             rows ? " (rows)" : "", k, n, m);
+    struct pool *p1 = pool_init(1, NULL), *p2 = pool_init(2, NULL);
+    struct pk_case pc = {.rs = dtype_row_size(t, k)};
+    pc.src = malloc(pc.rs * (size_t)n);
+    random_rows(r, t, pc.src, pc.rs, k, n);
+    pc.wr = weight_rows(t, k, n, pc.src);
+    if (!rows) {
+        pc.dst = alloc64(weight_packed_bytes(layout_of(t), t, k, n));
+        weight_pack(p2, layout_of(t), t, k, n, pc.src, pc.rs, pc.dst, &pc.wp);
+    } else {
+        pc.wp = pc.wr;
+    }
+    pc.x = malloc((size_t)m * k * 4);
+    for (int i = 0; i < m; i++) krng_acts(r, pc.x + (size_t)i * k, k);
+    block_q8x *q8 = malloc(act_q8_bytes(m, k) + 1);
+    struct act xr = {.m = m, .k = k, .f32 = pc.x, .q8 = q8};
+    const int64_t ldy = n + 1;
+    float *got = malloc((size_t)m * n * 4), *ref = malloc((size_t)m * n * 4), *wantc = malloc((size_t)m * n * 4),
+          *wf = malloc((size_t)k * 4);
+    double *mag = malloc((size_t)m * n * sizeof(double));
+    /* the exact product of the dequantized weights and the f32 activations (not q8x's) */
+    for (int64_t j = 0; j < n; j++) {
+        dequantize_row_ref(t, pc.src + pc.rs * j, wf, k);
+        for (int i = 0; i < m; i++) {
+            const float *xi = pc.x + (size_t)i * k;
+            double sum = 0;
+            for (int64_t c = 0; c < k; c++) sum += (double)wf[c] * xi[c];
+            wantc[i * n + j] = (float)sum;
+            mag[i * n + j] = kmag(wf, xi, k);
+        }
+    }
+    kern_matmul_allow_bf16_tiles(true);
+    float *y = run_packed(p2, KERN_PATH_REF, &pc.wp, pc.x, m, ldy, label);
+    for (int i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) ref[i * n + j] = y[i * ldy + j];
+    free(y);
+    kcheck(ref, wantc, mag, (int64_t)m * n, TOL_BF16_TILES, "%s: the plain-C twin against the exact result", label);
+    enum kern_path paths[2];
+    int np = 0;
+    if (g_have_vnni) paths[np++] = KERN_PATH_AMX_EMU;
+    if (g_have_amx) paths[np++] = KERN_PATH_AMX;
+    for (int p = 0; p < np; p++) {
+        float *y2 = run_packed(p2, paths[p], &pc.wp, pc.x, m, ldy, label), *y1 = run_packed(p1, paths[p], &pc.wp, pc.x, m, ldy, label);
+        for (int i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) got[i * n + j] = y2[i * ldy + j];
+        kcheck(got, ref, mag, (int64_t)m * n, TOL_FLOAT, "%s path %s against the twin", label, path_name(paths[p]));
+        if (memcmp(y1, y2, (size_t)m * ldy * 4) != 0)
+            ktest_fail("%s path %s: 1 and 2 threads give different bits", label, path_name(paths[p]));
+        free(y1);
+        free(y2);
+    }
+    /* chunked, chunks of 256 columns (ffn_down's SHARD_FF_CHUNK), one tile call per chunk */
+    const int64_t cw = k % 256 == 0 ? 256 : rows ? dtype_get(t)->blck_size : pk_unit_cols(t);
+    const int nc = (int)(k / cw);
+    struct kern_chunk *ch = calloc((size_t)nc, sizeof *ch);
+    for (int c = 0; c < nc; c++) ch[c] = (struct kern_chunk){.w0 = c * cw, .w1 = (c + 1) * cw, .a0 = c * cw, .a1 = (c + 1) * cw};
+    double *ydr = calloc((size_t)m * n, sizeof(double)), *ydt = calloc((size_t)m * n, sizeof(double));
+    kern_matmul_force_path(KERN_PATH_REF);
+    kern_matmul_chunked_f64(p2, &pc.wp, &xr, ch, nc, ydr, n);
+    for (int p = 0; p < np; p++) {
+        kern_matmul_force_path(paths[p]);
+        kern_matmul_chunked_f64(p2, &pc.wp, &xr, ch, nc, ydt, n);
+        for (int64_t i = 0; i < (int64_t)m * n; i++) got[i] = (float)ydt[i], ref[i] = (float)ydr[i];
+        kcheck(got, ref, mag, (int64_t)m * n, TOL_FLOAT, "%s chunked (%d chunks) path %s against the twin", label, nc,
+               path_name(paths[p]));
+    }
+    kern_matmul_force_path(KERN_PATH_AUTO);
+    kern_matmul_allow_bf16_tiles(false);
+    free(ch);
+    free(ydr);
+    free(ydt);
+    pk_case_free(&pc);
+    free(q8);
+    free(got);
+    free(ref);
+    free(wantc);
+    free(wf);
+    free(mag);
+    pool_free(p1);
+    pool_free(p2);
+}
+
 /* ---- chunked ------------------------------------------------------------------------------ */
 
-static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
+/* big: K of several of the tile kernel's slabs (AMX_SLAB_BLOCKS = 64 blocks) and m of several
+ * activation tiles, so that its accumulators wait between slabs and chunks end inside slabs. */
+static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, bool big) {
     const int ucols = pk_unit_cols(t);
-    const int nunits = 2 + krng_int(r, 4);
+    const int nunits = big ? (ucols == 32 ? 130 + krng_int(r, 60) : 17 + krng_int(r, 8)) : 2 + krng_int(r, 4);
     const int64_t k = (int64_t)ucols * nunits, n = 1 + krng_int(r, 45);
-    const int m = krng_int(r, 3) ? 1 + krng_int(r, 20) : 1; /* m = 1: the GEMV (decode) */
+    const int m = big ? 17 + krng_int(r, 30) : krng_int(r, 3) ? 1 + krng_int(r, 20) : 1; /* m = 1: the GEMV (decode) */
     struct pk_case pc;
     pk_case_init(&pc, r, pool, t, k, n, m);
     const size_t rs = pc.rs;
@@ -333,7 +427,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol) {
     /* chunks: half the cases split at every unit boundary with one chunk masked to a 32-column
      * sub-range; the others end to end and unmasked, of one or more units each (the tile kernel
      * then takes them all in one call, pk_args.chunk_end) */
-    struct kern_chunk ch[8];
+    struct kern_chunk ch[200];
     int nc = 0;
     const bool mask = krng_int(r, 2);
     for (int u = 0; u < nunits; u++) {
@@ -479,11 +573,41 @@ int main(int argc, char **argv) {
                 test_matmul(&r, pool, t, k_types[ti].tol, k, n, m, m <= 33, amx_only);
                 if (ktest_failures > 20) goto done;
             }
-            if (!amx_only) test_chunked(&r, pool, t, k_types[ti].tol);
+            if (!amx_only) test_chunked(&r, pool, t, k_types[ti].tol, false);
+            { /* K of several tile-kernel slabs (64 blocks each), m of several tiles */
+                const int64_t kb = blk == 1    ? 32 * (130 + krng_int(&r, 100)) + krng_int(&r, 32)
+                                   : blk == 32 ? 32 * (130 + krng_int(&r, 100))
+                                               : 256 * (17 + krng_int(&r, 8));
+                test_matmul(&r, pool, t, k_types[ti].tol, kb, 1 + krng_int(&r, 40), 17 + krng_int(&r, 30), true, amx_only);
+                if (!amx_only && blk > 1) test_chunked(&r, pool, t, k_types[ti].tol, true);
+            }
+            if (blk > 1 && nth == 1) { /* quantized types on the bf16 tiles: short K, and K of slabs */
+                const int mb = kern_matmul_bf16_min_m(t) + krng_int(&r, 40);
+                test_bf16_tiles(&r, t, (int64_t)blk * (blk == 32 ? 1 + krng_int(&r, 40) : 1 + krng_int(&r, 3)),
+                                1 + krng_int(&r, 40), mb);
+                test_bf16_tiles(&r, t, blk == 32 ? 32 * (130 + krng_int(&r, 60)) : 256 * (17 + krng_int(&r, 6)),
+                                1 + krng_int(&r, 40), mb);
+            }
             pool_free(pool);
         }
         printf("  %-5s worst normalized error %.2e (tolerance %.0e; bf16 tiles %.0e)\n", dtype_get(t)->name,
                ktest_worst_err, k_types[ti].tol, TOL_BF16_TILES);
+    }
+    /* the block decoder types (ROWS layout, GGUF blocks) on the bf16 tiles: short K and K of slabs */
+#define BLOCK_T(U, l) DTYPE_##U,
+    static const enum dtype k_blocks[] = {BLOCK_TYPES(BLOCK_T)};
+#undef BLOCK_T
+    for (size_t bi = 0; bi < NM_ARRAY_LEN(k_blocks) && !amx_only; bi++) {
+        const enum dtype t = k_blocks[bi];
+        if (only && strcasecmp(only, dtype_get(t)->name) != 0) continue;
+        ktest_worst_err = 0.0;
+        const int64_t blk = dtype_get(t)->blck_size;
+        const int mb = kern_matmul_bf16_min_m(t) + krng_int(&r, 40);
+        test_bf16_tiles(&r, t, blk * (1 + krng_int(&r, blk == 32 ? 40 : 3)), 1 + krng_int(&r, 40), mb);
+        test_bf16_tiles(&r, t, blk == 32 ? 32 * (130 + krng_int(&r, 60)) : 256 * (17 + krng_int(&r, 6)),
+                        1 + krng_int(&r, 40), mb);
+        printf("  %-7s (rows, bf16 tiles) worst normalized error %.2e (bf16 tiles %.0e)\n", dtype_get(t)->name,
+               ktest_worst_err, TOL_BF16_TILES);
     }
 done:
     return ktest_finish("test_packed");
