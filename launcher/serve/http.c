@@ -45,7 +45,8 @@ static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned code, cha
 }
 
 static enum MHD_Result respond_error(struct MHD_Connection *c, unsigned code, const char *type, const char *msg) {
-    return respond(c, code, api_error((int)code, type, msg), "application/json", code == MHD_HTTP_SERVICE_UNAVAILABLE);
+    return respond(c, code, api_error((int)code, type, NULL, msg), "application/json",
+                   code == MHD_HTTP_SERVICE_UNAVAILABLE);
 }
 
 /* ---- completions: the response body comes from the request's output as it grows ----------- */
@@ -173,7 +174,9 @@ static enum MHD_Result completion(struct serve_http *h, struct serve_sched *sc, 
                                   enum api_kind kind, const struct upload *up) {
     char err[512];
     struct api_opts o;
-    struct serve_request *r = api_parse(h->m, kind, up->body ? up->body : "", up->len, &o, err, sizeof err);
+    enum api_refusal why;
+    struct serve_request *r = api_parse(h->m, kind, up->body ? up->body : "", up->len, &o, &why, err, sizeof err);
+    if (!r && why == API_REFUSAL_NO_MODEL) return respond_json(c, MHD_HTTP_NOT_FOUND, api_error_no_model(err));
     if (!r) return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
     switch (serve_sched_submit(sc, r, err, sizeof err)) {
     case SERVE_SUBMIT_OK: break;
@@ -251,6 +254,11 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
     char *body;
     if (get && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0))
         return respond_json(c, MHD_HTTP_OK, api_models(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
+    if (get && (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0)) {
+        const char *asked = url + (url[1] == 'v' ? 11 : 8); /* the rest of the path: a name may hold '/' */
+        if (strcmp(asked, h->m->name) != 0) return respond_json(c, MHD_HTTP_NOT_FOUND, api_error_no_model(asked));
+        return respond_json(c, MHD_HTTP_OK, api_model_object(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
+    }
     if (get && strcmp(url, "/metrics") == 0) return metrics(sc, c);
     if (post && (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/chat/completions") == 0))
         return completion(h, sc, c, API_KIND_CHAT, up);
