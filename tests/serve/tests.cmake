@@ -13,3 +13,18 @@ if(NM_MPIRUN)
   set_tests_properties(serve_e2e_np2 PROPERTIES LABELS "serve;tp" SKIP_RETURN_CODE 77 TIMEOUT 600 PROCESSORS 2
                        ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
 endif()
+
+# OpenAI's official JavaScript client (npm package openai, installed once into the user's cache)
+# against numallm serve, 1 and 2 ranks. Skipped (77) without node/npm or the npm registry.
+add_test(NAME serve_openai_js
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/openai_js_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/openai_js_np1 1)
+set_tests_properties(serve_openai_js PROPERTIES LABELS serve SKIP_RETURN_CODE 77 TIMEOUT 900
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+if(NM_MPIRUN)
+  add_test(NAME serve_openai_js_np2
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/openai_js_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                   ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/openai_js_np2 2 ${NM_MPIRUN})
+  set_tests_properties(serve_openai_js_np2 PROPERTIES LABELS "serve;tp" SKIP_RETURN_CODE 77 TIMEOUT 900 PROCESSORS 2
+                       ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
+endif()
