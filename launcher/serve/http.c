@@ -62,6 +62,7 @@ struct reader {
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
     bool role_sent, ended;
+    bool first_sent;   /* streaming: the chunk of the first generated token went out */
 };
 
 /* Whether the client closed its end: a peek at the socket reads end-of-file or a reset. */
@@ -106,7 +107,11 @@ static bool reader_produce(struct reader *rd) {
         return true;
     }
     pthread_mutex_lock(&r->mu);
-    while (r->finish == SERVE_FINISH_NONE && (!rd->o.stream || rd->text_read == r->text_len)) {
+    /* A stream waits for new text, except that the first token sends a chunk at once even when it
+     * has no text yet (part of a UTF-8 character, a possible stop string, no tokenizer): clients
+     * time their first token by it. */
+    while (r->finish == SERVE_FINISH_NONE &&
+           (!rd->o.stream || (rd->text_read == r->text_len && (rd->first_sent || r->n_gen == 0)))) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000 * 1000;
@@ -127,7 +132,9 @@ static bool reader_produce(struct reader *rd) {
     bool ok = fin != SERVE_FINISH_CANCEL;
     if (!ok) {
     } else if (rd->o.stream) {
-        if (to > from) out_chunk(rd, text, to - from, SERVE_FINISH_NONE);
+        if (to > from || (!rd->first_sent && n_gen > 0 && fin == SERVE_FINISH_NONE))
+            out_chunk(rd, text, to - from, SERVE_FINISH_NONE);
+        rd->first_sent = rd->first_sent || n_gen > 0;
         if (fin != SERVE_FINISH_NONE) {
             out_chunk(rd, "", 0, fin);
             if (rd->o.include_usage) {
