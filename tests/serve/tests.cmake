@@ -28,3 +28,11 @@ if(NM_MPIRUN)
   set_tests_properties(serve_openai_js_np2 PROPERTIES LABELS "serve;tp" SKIP_RETURN_CODE 77 TIMEOUT 900 PROCESSORS 2
                        ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
 endif()
+
+# The load generator (tests/bench/load_serve.py) briefly against a tiny model: its figures are
+# sane (no errors, tokens counted = requests x output length); the figures are not asserted.
+add_test(NAME serve_load_generator
+         COMMAND bash ${CMAKE_SOURCE_DIR}/tests/bench/load_serve_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/load)
+set_tests_properties(serve_load_generator PROPERTIES LABELS "serve;bench" SKIP_RETURN_CODE 77 TIMEOUT 600
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
