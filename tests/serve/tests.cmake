@@ -36,3 +36,19 @@ add_test(NAME serve_load_generator
                  ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/load)
 set_tests_properties(serve_load_generator PROPERTIES LABELS "serve;bench" SKIP_RETURN_CODE 77 TIMEOUT 600
                      ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+
+# GET /health answers 503 with a JSON error while the model loads (a 0.26 GiB synthetic
+# qwen2.5-0.5b), then 200.
+add_test(NAME serve_health_loading
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/health_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/health)
+set_tests_properties(serve_health_loading PROPERTIES LABELS serve SKIP_RETURN_CODE 77 TIMEOUT 900
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
+
+# A short soak (tests/serve/soak.py): 16 clients for 60 s, every response checked against its
+# prompt's answer alone, RSS flat, no error. tests/bench/RESULTS.md has the long run.
+add_test(NAME serve_soak
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/soak_test.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_tests/soak 16 60)
+set_tests_properties(serve_soak PROPERTIES LABELS "serve;slow" SKIP_RETURN_CODE 77 TIMEOUT 900
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON}")
