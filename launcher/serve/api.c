@@ -16,8 +16,15 @@ static char *dump(json_t *j) {
 
 const char *api_finish_reason(enum serve_finish f) { return f == SERVE_FINISH_LENGTH ? "length" : "stop"; }
 
-char *api_error(int code, const char *type, const char *message) {
-    return dump(json_pack("{s:{s:s, s:s, s:i}}", "error", "message", message, "type", type, "code", code));
+char *api_error(int status, const char *type, const char *code, const char *message) {
+    return dump(json_pack("{s:{s:s, s:s, s:n, s:o}}", "error", "message", message, "type", type, "param", "code",
+                          code ? json_string(code) : json_integer(status)));
+}
+
+char *api_error_no_model(const char *asked) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "The model '%.300s' does not exist: GET /v1/models lists the one served", asked);
+    return api_error(404, "invalid_request_error", "model_not_found", msg);
 }
 
 /* ---- request parsing --------------------------------------------------------------------- */
@@ -233,13 +240,25 @@ static bool parse_completion_prompt(const struct api_model *m, json_t *o, struct
 }
 
 struct serve_request *api_parse(const struct api_model *m, enum api_kind kind, const char *body, size_t len,
-                                struct api_opts *o, char *err, size_t errlen) {
+                                struct api_opts *o, enum api_refusal *why, char *err, size_t errlen) {
     *o = (struct api_opts){0};
+    *why = API_REFUSAL_BAD_REQUEST;
     json_error_t je;
     json_t *j = json_loadb(body, len, 0, &je);
     if (!j || !json_is_object(j)) {
         if (j) snprintf(err, errlen, "the body must be a JSON object");
         else snprintf(err, errlen, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        json_decref(j);
+        return NULL;
+    }
+    json_t *model = json_object_get(j, "model");
+    if (model && !json_is_null(model) && (!json_is_string(model) || strcmp(json_string_value(model), m->name) != 0)) {
+        if (json_is_string(model)) {
+            *why = API_REFUSAL_NO_MODEL;
+            snprintf(err, errlen, "%s", json_string_value(model)); /* api_error_no_model words it */
+        } else {
+            snprintf(err, errlen, "'model' must be a string");
+        }
         json_decref(j);
         return NULL;
     }
@@ -272,8 +291,8 @@ char *api_completion(enum api_kind kind, uint64_t id, int64_t created, const cha
                      size_t len, enum serve_finish finish, int64_t n_prompt, int64_t n_gen) {
     json_t *choice;
     if (kind == API_KIND_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s%}, s:s}", "index", 0, "message", "role", "assistant", "content", text,
-                           len, "finish_reason", api_finish_reason(finish));
+        choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
+                           text, len, "logprobs", "finish_reason", api_finish_reason(finish));
     else
         choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text, len, "logprobs", "finish_reason",
                            api_finish_reason(finish));
@@ -290,7 +309,7 @@ char *api_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *mo
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
         if (len > 0 || role) json_object_set_new(delta, "content", json_stringn(text, len));
-        choice = json_pack("{s:i, s:o, s:o}", "index", 0, "delta", delta, "finish_reason", fin);
+        choice = json_pack("{s:i, s:o, s:n, s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason", fin);
     } else {
         choice = json_pack("{s:i, s:s%, s:n, s:o}", "index", 0, "text", text, len, "logprobs", "finish_reason", fin);
     }
@@ -306,10 +325,17 @@ char *api_usage_chunk(enum api_kind kind, uint64_t id, int64_t created, const ch
                           (json_int_t)created, "model", model, "choices", "usage", usage(n_prompt, n_gen)));
 }
 
+static json_t *model_object(const char *model, int64_t created, int64_t n_ctx_slot) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:{s:I}}", "id", model, "object", "model", "created", (json_int_t)created,
+                     "owned_by", "numallm", "meta", "n_ctx_slot", (json_int_t)n_ctx_slot);
+}
+
 char *api_models(const char *model, int64_t created, int64_t n_ctx_slot) {
-    return dump(json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:{s:I}}]}", "object", "list", "data", "id", model, "object",
-                          "model", "created", (json_int_t)created, "owned_by", "numallm", "meta", "n_ctx_slot",
-                          (json_int_t)n_ctx_slot));
+    return dump(json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(model, created, n_ctx_slot)));
+}
+
+char *api_model_object(const char *model, int64_t created, int64_t n_ctx_slot) {
+    return dump(model_object(model, created, n_ctx_slot));
 }
 
 char *api_tokenize(const struct api_model *m, const char *body, size_t len, char *err, size_t errlen) {

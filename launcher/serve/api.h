@@ -32,16 +32,25 @@ struct api_opts {
     bool include_usage; /* stream_options.include_usage */
 };
 
+/* Why api_parse refused a body: the HTTP status and OpenAI's error code. */
+enum api_refusal {
+    API_REFUSAL_BAD_REQUEST, /* 400 invalid_request_error */
+    API_REFUSAL_NO_MODEL,    /* 404 invalid_request_error, code model_not_found: "model" names another */
+};
+
 /* Parse a request body into a new request (one reference, prompt tokenized, sampling settings
- * checked). NULL on a bad request, with err naming the field and what was allowed. */
+ * checked). A "model" other than m->name is refused (absent or null means the one served). NULL
+ * on a refused body, with *why and err naming the field and what was allowed. */
 struct serve_request *api_parse(const struct api_model *m, enum api_kind kind, const char *body, size_t len,
-                                struct api_opts *o, char *err, size_t errlen);
+                                struct api_opts *o, enum api_refusal *why, char *err, size_t errlen);
 
 /* The bodies below are malloc'ed, NUL-terminated JSON; free with free(). */
 
-/* {"error":{"message","type","code"}}: type as OpenAI names it (invalid_request_error,
- * authentication_error, not_found_error, server_error, unavailable_error). */
-char *api_error(int code, const char *type, const char *message);
+/* {"error":{"message","type","param","code"}}: type as OpenAI names it (invalid_request_error,
+ * authentication_error, not_found_error, server_error, unavailable_error); code is OpenAI's string
+ * code (e.g. "model_not_found") when given, else the HTTP status as a number (llama-server's
+ * habit); param is null. */
+char *api_error(int status, const char *type, const char *code, const char *message);
 
 /* A whole completion: chat.completion or text_completion, with usage. */
 char *api_completion(enum api_kind kind, uint64_t id, int64_t created, const char *model, const char *text,
@@ -55,8 +64,12 @@ char *api_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *mo
 char *api_usage_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *model, int64_t n_prompt,
                       int64_t n_gen);
 
-/* GET /v1/models. */
+/* GET /v1/models (the list of one), and GET /v1/models/{model} (the model object alone). */
 char *api_models(const char *model, int64_t created, int64_t n_ctx_slot);
+char *api_model_object(const char *model, int64_t created, int64_t n_ctx_slot);
+
+/* The 404 of a model that is not served: OpenAI's message, type and code (model_not_found). */
+char *api_error_no_model(const char *asked);
 
 /* POST /tokenize {"content", "add_special", "with_pieces"} -> {"tokens": [...]} and POST
  * /detokenize {"tokens"} -> {"content"}, as llama-server. NULL on a bad body (err says why). */

@@ -45,7 +45,8 @@ static enum MHD_Result respond_json(struct MHD_Connection *c, unsigned code, cha
 }
 
 static enum MHD_Result respond_error(struct MHD_Connection *c, unsigned code, const char *type, const char *msg) {
-    return respond(c, code, api_error((int)code, type, msg), "application/json", code == MHD_HTTP_SERVICE_UNAVAILABLE);
+    return respond(c, code, api_error((int)code, type, NULL, msg), "application/json",
+                   code == MHD_HTTP_SERVICE_UNAVAILABLE);
 }
 
 /* ---- completions: the response body comes from the request's output as it grows ----------- */
@@ -61,6 +62,7 @@ struct reader {
     char *out;         /* bytes ready to send */
     size_t out_len, out_off;
     bool role_sent, ended;
+    bool first_sent;   /* streaming: the chunk of the first generated token went out */
 };
 
 /* Whether the client closed its end: a peek at the socket reads end-of-file or a reset. */
@@ -105,7 +107,11 @@ static bool reader_produce(struct reader *rd) {
         return true;
     }
     pthread_mutex_lock(&r->mu);
-    while (r->finish == SERVE_FINISH_NONE && (!rd->o.stream || rd->text_read == r->text_len)) {
+    /* A stream waits for new text, except that the first token sends a chunk at once even when it
+     * has no text yet (part of a UTF-8 character, a possible stop string, no tokenizer): clients
+     * time their first token by it. */
+    while (r->finish == SERVE_FINISH_NONE &&
+           (!rd->o.stream || (rd->text_read == r->text_len && (rd->first_sent || r->n_gen == 0)))) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000 * 1000;
@@ -126,7 +132,9 @@ static bool reader_produce(struct reader *rd) {
     bool ok = fin != SERVE_FINISH_CANCEL;
     if (!ok) {
     } else if (rd->o.stream) {
-        if (to > from) out_chunk(rd, text, to - from, SERVE_FINISH_NONE);
+        if (to > from || (!rd->first_sent && n_gen > 0 && fin == SERVE_FINISH_NONE))
+            out_chunk(rd, text, to - from, SERVE_FINISH_NONE);
+        rd->first_sent = rd->first_sent || n_gen > 0;
         if (fin != SERVE_FINISH_NONE) {
             out_chunk(rd, "", 0, fin);
             if (rd->o.include_usage) {
@@ -173,7 +181,9 @@ static enum MHD_Result completion(struct serve_http *h, struct serve_sched *sc, 
                                   enum api_kind kind, const struct upload *up) {
     char err[512];
     struct api_opts o;
-    struct serve_request *r = api_parse(h->m, kind, up->body ? up->body : "", up->len, &o, err, sizeof err);
+    enum api_refusal why;
+    struct serve_request *r = api_parse(h->m, kind, up->body ? up->body : "", up->len, &o, &why, err, sizeof err);
+    if (!r && why == API_REFUSAL_NO_MODEL) return respond_json(c, MHD_HTTP_NOT_FOUND, api_error_no_model(err));
     if (!r) return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
     switch (serve_sched_submit(sc, r, err, sizeof err)) {
     case SERVE_SUBMIT_OK: break;
@@ -251,6 +261,11 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
     char *body;
     if (get && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0))
         return respond_json(c, MHD_HTTP_OK, api_models(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
+    if (get && (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0)) {
+        const char *asked = url + (url[1] == 'v' ? 11 : 8); /* the rest of the path: a name may hold '/' */
+        if (strcmp(asked, h->m->name) != 0) return respond_json(c, MHD_HTTP_NOT_FOUND, api_error_no_model(asked));
+        return respond_json(c, MHD_HTTP_OK, api_model_object(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
+    }
     if (get && strcmp(url, "/metrics") == 0) return metrics(sc, c);
     if (post && (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/chat/completions") == 0))
         return completion(h, sc, c, API_KIND_CHAT, up);
