@@ -11,7 +11,8 @@ be, against both references (NAME.p20s8.lgt: llama.cpp; NAME.p20s8.exact.lgt: fl
 dequantized weights):
   max |ours - ref| / max |ref| <= 0.15  and  sum (ours - ref)^2 / sum ref^2 <= 1e-2,
 and our argmax must be the reference's, unless the reference's logit for our choice is within
-NEAR_TIE (5%) of max |ref| of its maximum (a near-tie).
+NEAR_TIE (5%) of max |ref| of its maximum (a near-tie), or, against llama.cpp, our argmax is the
+exact logits' (where llama.cpp itself departs from the exact choice).
 llama.cpp itself is 2.3e-2..8.1e-2 and nmse <= 5.3e-3 from the exact logits on these files, and
 its own argmax differs from the exact one at near-ties of up to 5.0% (numallm's: 2.8%); a wrong
 block decoder is off by O(1). Prints the worst figures per run. Plain Python (no numpy),
@@ -62,14 +63,19 @@ def tokens_of(txt):
     raise SystemExit("%s: no '# tokens:' line" % txt)
 
 
-def compare_row(ours, ref):
-    """(max_rel, nmse, argmax_ok) of one row."""
+def argmax(v):
+    return max(range(len(v)), key=v.__getitem__)
+
+
+def compare_row(ours, ref, exact=None):
+    """(max_rel, nmse, argmax_ok) of one row; exact: the exact logits' row, whose argmax is
+    accepted too."""
     amax_ref = max(abs(x) for x in ref)
     maxdiff = max(abs(a - b) for a, b in zip(ours, ref))
     num = sum((a - b) * (a - b) for a, b in zip(ours, ref))
     den = sum(b * b for b in ref)
-    ours_arg = max(range(len(ours)), key=ours.__getitem__)
-    argmax_ok = ref[ours_arg] >= max(ref) - NEAR_TIE * amax_ref
+    ours_arg = argmax(ours)
+    argmax_ok = ref[ours_arg] >= max(ref) - NEAR_TIE * amax_ref or (exact is not None and ours_arg == argmax(exact))
     return maxdiff / amax_ref, num / den, argmax_ok
 
 
@@ -116,13 +122,14 @@ def main():
                 failed = True
                 continue
             worst_rel = worst_nmse = 0.0
-            for (pos, tok, v), (rpos, rtok, rv) in zip(ours, ref_rows):
+            exact_rows = refs["exact"][1] if ref_name == "llama.cpp" else [None] * len(ref_rows)
+            for (pos, tok, v), (rpos, rtok, rv), ex in zip(ours, ref_rows, exact_rows):
                 if (pos, tok) != (rpos, rtok):
                     print("FAIL %s %s: row at pos %d token %d, %s has pos %d token %d" % (name, label, pos, tok,
                                                                                      ref_name, rpos, rtok))
                     failed = True
                     break
-                rel, nmse, arg_ok = compare_row(v, rv)
+                rel, nmse, arg_ok = compare_row(v, rv, ex[2] if ex is not None else None)
                 worst_rel, worst_nmse = max(worst_rel, rel), max(worst_nmse, nmse)
                 if rel > MAX_REL or nmse > NMSE or not arg_ok:
                     print("FAIL %s %s vs %s, pos %d: max_rel %.3g (<= %g), nmse %.3g (<= %g), argmax %s" %
