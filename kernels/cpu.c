@@ -61,6 +61,11 @@ static void features_detect(void) {
         __cpuid_count(7, 1, a, b, c, d);
         f->avx512bf16 = os_zmm && ((a >> 5) & 1);
     }
+    const char *no_amx = getenv("NM_AMX");
+    if (f->amx_tile && no_amx && strcmp(no_amx, "0") == 0) { /* measurements: the AVX-512 kernels alone */
+        f->amx_tile = f->amx_int8 = f->amx_bf16 = false;
+        nm_log_info("kernels: AMX turned off by NM_AMX=0 (the layout table says no AMX): the AVX-512 kernels instead");
+    }
     if (f->amx_tile) {
         /* Linux >= 5.16 keeps the 8 KiB tile data state off until the process asks for it;
          * without the permission the first tile instruction raises SIGILL. */
