@@ -41,8 +41,7 @@ static const struct plan_entry k_block_list[] = {
 };
 static const struct plan_entry k_half_list[] = {
     {WEIGHT_LAYOUT_F_PAIR16, NEED_AMX_BF16, "AMX-BF16 tiles (prompt) + AVX-512 FMA (decode)"},
-    {WEIGHT_LAYOUT_F_PAIR16, NEED_AVX512,
-     "AVX-512 FMA (decode; prompts of one sequence: VDPBF16PS where the CPU has AVX512-BF16)"},
+    {WEIGHT_LAYOUT_F_PAIR16, NEED_AVX512, "AVX-512 FMA (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 static const struct plan_entry k_f32_list[] = {

@@ -145,9 +145,6 @@ bool kern_matmul_bf16_tiles_allowed(void);
 /* The m from which an allowed quantized type takes the bf16 tiles (NM_AMX_BF16_MIN_M forces
  * one value, for measurements). */
 int kern_matmul_bf16_min_m(enum dtype type);
-/* Whether this process runs the AVX-512 kernels on a CPU with AVX512-BF16 (VDPBF16PS: F16/BF16
- * prompts when kern_matmul_allow_bf16_tiles and there is no AMX). */
-bool kern_vdpbf16_available(void);
 /* Whether this process may run AMX tiles (CPUID AMX-TILE/INT8/BF16, the avx512 path, and the
  * OS's permission; see cpu.h). */
 bool kern_amx_available(void);

@@ -26,8 +26,6 @@ bool kern_amx_available(void) {
     return isa_is_avx512() && cpu_has_amx_int8(f) && cpu_has_amx_bf16(f);
 }
 
-bool kern_vdpbf16_available(void) { return isa_is_avx512() && cpu_features_get()->avx512bf16; }
-
 int kern_matmul_amx_min_m(enum dtype type) {
     static int forced = -2;
     if (forced == -2) { /* NM_AMX_MIN_M: one switch point for every type, for measurements */
@@ -84,8 +82,6 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
     const struct cpu_features *f = cpu_features_get();
     const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
     const bool bf_q = !fl && g_bf16_tiles && m >= kern_matmul_bf16_min_m(t); /* a quantized type on bf16 tiles */
-    /* F16/BF16 on the AVX-512 kernel with bf16 activations (VDPBF16PS) */
-    const bool vdp_bf = fl && g_bf16_tiles && m >= kern_matmul_bf16_min_m(t) && kern_vdpbf16_available();
     const bool gemv_chunks = m == 1 && t != DTYPE_F16;
     *amx = false;
     *bf = false;
@@ -102,14 +98,11 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
             return pk_gemm_amx;
         }
         *chunks = gemv_chunks && isa_is_avx512();
-        *bf = vdp_bf; /* F16/BF16 prompts on VDPBF16PS where there is no AMX */
-        *chunks = *chunks && !*bf;
         return kern_isa_get()->pk_gemm;
     case KERN_PATH_VNNI: {
         const struct kern_isa *isa = kern_isa_find("avx512", NULL);
         NM_ASSERT(isa != NULL); /* forced VNNI on a CPU without the avx512 path */
-        *bf = vdp_bf;
-        *chunks = gemv_chunks && !*bf;
+        *chunks = gemv_chunks;
         return isa->pk_gemm;
     }
     case KERN_PATH_AMX:
@@ -149,7 +142,6 @@ struct pk_job {
                              kernel takes them in one call (pk_args.chunk_end), else NULL */
     bool act_tiles;       /* the int8 tiles: act and each cact[c] in tile order (pk_act_tiles) */
     bool bf16_tiles;      /* a quantized type on the bf16 tiles (pk_args.bf16_tiles) */
-    bool act_bf16;        /* the activations as bf16 rows (pk_args.act_bf16) */
     const struct block_codec *codec; /* a ROWS-layout block type (pk_args.codec) */
     long claim;           /* > 0: threads claim row groups this many at a time (GEMM), else a static split */
     atomic_long next;     /* the next unclaimed row group */
@@ -191,8 +183,7 @@ static void pk_range(const struct pk_job *j, long lo, long hi) {
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .y = j->yf + lo * PK_ROWS, .ldy = j->ldy,
                             .n_rows = NM_MIN(w->n - lo * PK_ROWS, (int64_t)(hi - lo) * PK_ROWS),
-                            .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles, .act_bf16 = j->act_bf16,
-                            .codec = j->codec};
+                            .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles, .codec = j->codec};
         j->fn(&a);
         return;
     }
@@ -203,8 +194,7 @@ static void pk_range(const struct pk_job *j, long lo, long hi) {
                             .n_groups = hi - lo, .n_units = j->n_units, .act = j->act, .act_stride = j->act_stride,
                             .m = j->m, .yd = j->yd + lo * PK_ROWS, .ldy = j->ldy, .n_rows = nr,
                             .chunk_end = j->chunk_end, .n_chunk_ends = j->n_chunks, .act_tiles = j->act_tiles,
-                            .bf16_tiles = j->bf16_tiles, .act_bf16 = j->act_bf16,
-                            .codec = j->codec};
+                            .bf16_tiles = j->bf16_tiles, .codec = j->codec};
         j->fn(&a);
         return;
     }
@@ -221,8 +211,7 @@ static void pk_range(const struct pk_job *j, long lo, long hi) {
             struct pk_args a = {.type = w->type, .w = wd + (size_t)g0 * j->group_stride + (size_t)u0 * j->unit_bytes,
                                 .group_stride = j->group_stride, .n_groups = ng, .n_units = u1 - u0,
                                 .act = j->cact[c], .act_stride = j->cas[c], .m = j->m, .yd = j->yd + r0,
-                                .ldy = j->ldy, .n_rows = nr, .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles,
-                                .act_bf16 = j->act_bf16, .codec = j->codec};
+                                .ldy = j->ldy, .n_rows = nr, .act_tiles = j->act_tiles, .bf16_tiles = j->bf16_tiles, .codec = j->codec};
             j->fn(&a);
         }
     }
@@ -368,7 +357,6 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
     NM_ASSERT(!codec || bf);
     const bool q8 = dtype_uses_q8x(t) && !bf; /* else f32 rows, or bf16 rows for the bf16 tiles */
     j.bf16_tiles = bf && dtype_uses_q8x(t);
-    j.act_bf16 = bf;
     const int64_t kpad = j.n_units * j.unit_cols;
     uint8_t *prep = NULL;
     size_t esize; /* bytes per activation column (q8x: per 32 columns, 40) */

@@ -132,9 +132,6 @@ struct pk_args {
      * weight value rounded to bf16 (code x scale [+ min] in f32 first), act is bf16 rows as for
      * F16/BF16, and C accumulates f32 over K in the tiles. */
     bool bf16_tiles;
-    /* act is bf16 rows (zero-padded to whole units, act_stride bytes apart): the AMX bf16 tiles,
-     * and F16/BF16 on the AVX-512 kernel's VDPBF16PS path (kern_matmul_allow_bf16_tiles). */
-    bool act_bf16;
     /* Not NULL: a ROWS-layout weight of a block decoder type (blocks/block.h) on the bf16 tiles:
      * row r of group g is the GGUF row at w + g * group_stride + r * (group_stride / 16), a
      * unit is one of its blocks (codec->info: blck_size columns, type_size bytes), rows past

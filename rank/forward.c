@@ -171,23 +171,19 @@ static void engine_keep_rows_invariant(struct engine *e) {
 }
 
 /* One sequence (run, bench, perplexity): the prompt matmuls of quantized weights may take the
- * AMX-BF16 tiles, and F16/BF16 weights VDPBF16PS on a CPU without AMX
- * (kern_matmul_allow_bf16_tiles: activations rounded to bf16, 1.5-5x faster prompts, a row's
- * bits depending on the rows in its call). Several sequences (the server)
+ * AMX-BF16 tiles (kern_matmul_allow_bf16_tiles: activations rounded to bf16; 1.5x the 8B Q4_0
+ * prompt speed of the int8 tiles, 2.6-5x for the block types; a row's bits depending on the
+ * rows in its call). Several sequences (the server)
  * never: a row must get the same bits whatever shares its batch. NM_AMX_BF16=0 keeps the int8
  * tiles for one sequence too. */
 static void engine_bf16_tiles_init(struct engine *e, bool one_seq) {
     const char *env = getenv("NM_AMX_BF16");
     const bool on = one_seq && !(env && strcmp(env, "0") == 0);
     kern_matmul_allow_bf16_tiles(on);
-    if (!on || e->m->shard.rank != 0) return;
-    if (kern_amx_available())
-        nm_log_info("prompt matmuls of quantized weights: AMX-BF16 tiles from %d rows (activations rounded to bf16; "
-                    "NM_AMX_BF16=0: the AMX-INT8 tiles, whose rows' bits do not depend on the batch)",
-                    kern_matmul_bf16_min_m(DTYPE_Q4_0));
-    else if (kern_vdpbf16_available())
-        nm_log_info("prompt matmuls of F16/BF16 weights: AVX512-BF16 (VDPBF16PS) from %d rows (activations rounded to "
-                    "bf16; NM_AMX_BF16=0: f32 FMA)", kern_matmul_bf16_min_m(DTYPE_BF16));
+    if (!on || !kern_amx_available() || e->m->shard.rank != 0) return;
+    nm_log_info("prompt matmuls of quantized weights: AMX-BF16 tiles from %d rows (activations rounded to bf16; "
+                "NM_AMX_BF16=0: the AMX-INT8 tiles, whose rows' bits do not depend on the batch)",
+                kern_matmul_bf16_min_m(DTYPE_Q4_0));
 }
 
 /* A prompt matmul through oneDNN; false (said once, then numallm's kernels for good) when it

@@ -240,49 +240,6 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
     }
 }
 
-/* F16/BF16 against bf16 activation rows (pk_args.act_bf16; kern_matmul_allow_bf16_tiles, no
- * AMX): VDPBF16PS adds both columns of a pair line's dword into the row's lane, so one weight
- * line (F16 rounded to bf16 first) serves C activation rows with one instruction each, their
- * pair broadcast from memory. */
-NM_INLINE void bf_group(const enum dtype t, const int C, const uint8_t *wg, int64_t nu, const uint8_t *act,
-                        size_t as, float *y, double *yd, int64_t ldy, __mmask16 rows) {
-    __m512 acc[8];
-    NM_UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < nu; u++) {
-        const uint8_t *up = wg + (size_t)u * 1024;
-        NM_UNROLL for (int p = 0; p < 16; p++) {
-            __m512i w;
-            if (t == DTYPE_BF16) {
-                w = _mm512_loadu_si512(up + 64 * p);
-            } else {
-                const __m512 f0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(up + 64 * p)));
-                const __m512 f1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(up + 64 * p + 32)));
-                w = (__m512i)_mm512_cvtne2ps_pbh(f1, f0);
-            }
-            NM_UNROLL for (int c = 0; c < C; c++) {
-                int32_t pair;
-                memcpy(&pair, act + (size_t)c * as + 64 * (size_t)u + 4 * (size_t)p, 4);
-                acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)w, (__m512bh)_mm512_set1_epi32(pair));
-            }
-        }
-    }
-    NM_UNROLL for (int c = 0; c < C; c++) nm_store_rows(y ? y + c * ldy : NULL, yd ? yd + c * ldy : NULL, rows, acc[c]);
-}
-typedef void (*bf_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,
-                            int64_t ldy, __mmask16 rows);
-#define BF_INST(T, C)                                                                                       \
-    static void bf_group_##T##_##C(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, \
-                                   double *yd, int64_t ldy, __mmask16 rows) {                               \
-        bf_group(DTYPE_##T, C, wg, nu, act, as, y, yd, ldy, rows);                                          \
-    }
-#define BF_INST8(T) BF_INST(T, 1) BF_INST(T, 2) BF_INST(T, 3) BF_INST(T, 4) BF_INST(T, 5) BF_INST(T, 6) BF_INST(T, 7) BF_INST(T, 8)
-BF_INST8(F16)
-BF_INST8(BF16)
-#define BF_ROW(T)                                                                                           \
-    {NULL,           bf_group_##T##_1, bf_group_##T##_2, bf_group_##T##_3, bf_group_##T##_4, bf_group_##T##_5, \
-     bf_group_##T##_6, bf_group_##T##_7, bf_group_##T##_8}
-static const bf_group_fn k_bf_groups[2][9] = {BF_ROW(F16), BF_ROW(BF16)};
-
 typedef void (*pk_group_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,
                             int64_t ldy, __mmask16 rows, int pf);
 #define PK_INST(T, C)                                                                                      \
@@ -577,21 +534,6 @@ static void pk_gemm_avx512(const struct pk_args *a) {
     /* chunks in one call: the GEMV here (not F16), and the AMX int8 kernel (packed.h) */
     NM_ASSERT(a->chunk_end == NULL || (a->m == 1 && k_gemv[a->type][0] && a->yd));
     const int pf = pk_prefetch_bytes();
-    if (a->act_bf16) { /* F16/BF16 x bf16 rows: tiles of one group x 8 activation rows */
-        NM_ASSERT((a->type == DTYPE_F16 || a->type == DTYPE_BF16) && a->chunk_end == NULL);
-        const bf_group_fn *bfn = k_bf_groups[a->type == DTYPE_BF16];
-        for (int64_t g = 0; g < a->n_groups; g++) {
-            const int64_t rows = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
-            const __mmask16 rm = (__mmask16)(rows >= 16 ? 0xFFFF : (1u << rows) - 1u);
-            for (int c0 = 0; c0 < a->m; c0 += 8) {
-                const int cc = NM_MIN(8, a->m - c0);
-                const int64_t o = (int64_t)c0 * a->ldy + g * PK_ROWS;
-                bfn[cc](a->w + (size_t)g * a->group_stride, a->n_units, a->act + (size_t)c0 * a->act_stride,
-                        a->act_stride, a->yd ? NULL : a->y + o, a->yd ? a->yd + o : NULL, a->ldy, rm);
-            }
-        }
-        return;
-    }
     if (a->m == 1 && k_gemv[a->type][0]) {
         pk_gemv(a, pf);
         return;

@@ -409,63 +409,6 @@ static void test_bf16_tiles(krng *r, enum dtype t, int64_t k, int64_t n, int m) 
     pool_free(p2);
 }
 
-/* ---- F16/BF16 with bf16 activations on the AVX-512 kernel (VDPBF16PS, no AMX needed) --------
- * Forced VNNI path with kern_matmul_allow_bf16_tiles: against the exact product within the bf16
- * tolerance, the same bits on 1 and 2 threads, and chunked (one call per chunk). */
-static void test_vdpbf16(krng *r, enum dtype t, int64_t k, int64_t n, int m) {
-    char label[160];
-    snprintf(label, sizeof label, "vdpbf16ps %s k=%" PRId64 " n=%" PRId64 " m=%d", dtype_get(t)->name, k, n, m);
-    struct pool *p1 = pool_init(1, NULL), *p2 = pool_init(2, NULL);
-    struct pk_case pc;
-    pk_case_init(&pc, r, p2, t, k, n, m);
-    const int64_t ldy = n + 2;
-    float *got = malloc((size_t)m * n * 4), *wantc = malloc((size_t)m * n * 4), *wf = malloc((size_t)k * 4);
-    double *mag = malloc((size_t)m * n * sizeof(double));
-    for (int64_t j = 0; j < n; j++) {
-        dequantize_row_ref(t, pc.src + pc.rs * j, wf, k);
-        for (int i = 0; i < m; i++) {
-            const float *xi = pc.x + (size_t)i * k;
-            double sum = 0;
-            for (int64_t c = 0; c < k; c++) sum += (double)wf[c] * xi[c];
-            wantc[i * n + j] = (float)sum;
-            mag[i * n + j] = kmag(wf, xi, k);
-        }
-    }
-    kern_matmul_allow_bf16_tiles(true);
-    float *y2 = run_packed(p2, KERN_PATH_VNNI, &pc.wp, pc.x, m, ldy, label), *y1 = run_packed(p1, KERN_PATH_VNNI, &pc.wp, pc.x, m, ldy, label);
-    for (int i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++) got[i * n + j] = y2[i * ldy + j];
-    kcheck(got, wantc, mag, (int64_t)m * n, TOL_BF16_TILES, "%s against the exact product", label);
-    if (memcmp(y1, y2, (size_t)m * ldy * 4) != 0) ktest_fail("%s: 1 and 2 threads give different bits", label);
-    /* chunked, 32-column units: the same sums chunk by chunk, in double */
-    const int nc = (int)((k + 31) / 32 < 6 ? (k + 31) / 32 : 6);
-    struct kern_chunk ch[6];
-    for (int c = 0; c < nc; c++) {
-        const int64_t w0 = k * c / nc / 32 * 32, w1 = c + 1 == nc ? k : k * (c + 1) / nc / 32 * 32;
-        ch[c] = (struct kern_chunk){.w0 = w0, .w1 = w1, .a0 = w0, .a1 = w1};
-    }
-    double *yd = calloc((size_t)m * n, sizeof(double));
-    block_q8x *q8 = malloc(act_q8_bytes(m, k) + 1);
-    struct act xa = {.m = m, .k = k, .f32 = pc.x, .q8 = q8};
-    kern_matmul_force_path(KERN_PATH_VNNI);
-    kern_matmul_chunked_f64(p2, &pc.wp, &xa, ch, nc, yd, n);
-    kern_matmul_force_path(KERN_PATH_AUTO);
-    for (int64_t i = 0; i < (int64_t)m * n; i++) got[i] = (float)yd[i];
-    kcheck(got, wantc, mag, (int64_t)m * n, TOL_BF16_TILES, "%s chunked (%d chunks)", label, nc);
-    kern_matmul_allow_bf16_tiles(false);
-    free(yd);
-    free(q8);
-    free(y1);
-    free(y2);
-    pk_case_free(&pc);
-    free(got);
-    free(wantc);
-    free(wf);
-    free(mag);
-    pool_free(p1);
-    pool_free(p2);
-}
-
 /* ---- chunked ------------------------------------------------------------------------------ */
 
 /* big: K of several of the tile kernel's slabs (AMX_SLAB_BLOCKS = 64 blocks) and m of several
@@ -637,10 +580,6 @@ int main(int argc, char **argv) {
                                                : 256 * (17 + krng_int(&r, 8));
                 test_matmul(&r, pool, t, k_types[ti].tol, kb, 1 + krng_int(&r, 40), 17 + krng_int(&r, 30), true, amx_only);
                 if (!amx_only && blk > 1) test_chunked(&r, pool, t, k_types[ti].tol, true);
-            }
-            if (blk == 1 && nth == 1 && g_have_vnni && cpu_features_get()->avx512bf16) { /* VDPBF16PS */
-                const int mv = kern_matmul_bf16_min_m(t) + krng_int(&r, 30);
-                test_vdpbf16(&r, t, 1 + krng_int(&r, 700), 1 + krng_int(&r, 40), mv);
             }
             if (blk > 1 && nth == 1) { /* quantized types on the bf16 tiles: short K, and K of slabs */
                 const int mb = kern_matmul_bf16_min_m(t) + krng_int(&r, 40);
