@@ -58,8 +58,26 @@ command -v mmdebstrap >/dev/null || {
 }
 sources=$(mktemp)
 root="" log_dir=""
+# A root whose run was killed (SIGKILL, a lost machine) stays behind: the next run removes it when
+# the run that made it (its .owner file beside it) is gone and nothing is mounted in it.
+remove_stale_roots() {
+  local d pid
+  for d in "$BASE"/numallm-fresh.*; do
+    [ -d "$d" ] || continue
+    pid=$(cat "$d.owner" 2>/dev/null || true)
+    [ "$pid" != kept ] || continue                                        # --keep: left on purpose
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then continue; fi    # its run is still going
+    [ -n "$pid" ] || [ -n "$(find "$d" -maxdepth 0 -mmin +60)" ] || continue # no owner file: an older script's, if old
+    if findmnt -rn -o TARGET | grep -q "^$d"; then continue; fi
+    say "removing $d, left by an interrupted run"
+    rm -rf --one-file-system "$d" "$d.owner"
+  done
+}
 cleanup() {
   rm -f "$sources"
+  if [ -n "$root" ]; then
+    if [ $keep = 1 ]; then echo kept >"$root.owner"; else rm -f "$root.owner"; fi
+  fi
   if [ -n "$root" ] && [ -d "$root" ] && [ $keep = 0 ]; then
     # The mounts were in the namespace that ended with the run; never delete through one.
     if findmnt -rn -o TARGET | grep -q "^$root"; then
@@ -111,7 +129,9 @@ fi
 flock -u 9
 
 # ---- unpack, clone, configure the root ----
+remove_stale_roots
 root=$(mktemp -d "$BASE/numallm-fresh.XXXXXX")
+echo $$ >"$root.owner"
 tar -C "$root" -xf "$tarball"
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 sha=$(git -C "$SRC" rev-parse HEAD)
