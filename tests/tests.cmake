@@ -24,6 +24,12 @@ if(MPI_C_FOUND AND MPIEXEC_EXECUTABLE)
   endif()
 endif()
 
+# The synthetic model that the programs driving the engine directly share (test_batch,
+# bench_batch, test_gpu_stage): tests/model/synth_model.h.
+add_library(nm_synth_model STATIC ${CMAKE_CURRENT_LIST_DIR}/model/synth_model.c)
+target_include_directories(nm_synth_model PUBLIC ${CMAKE_CURRENT_LIST_DIR}/model)
+target_link_libraries(nm_synth_model PUBLIC nm_rank)
+
 file(GLOB NM_TEST_CMAKE CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*/tests.cmake)
 foreach(f ${NM_TEST_CMAKE})
   include(${f})

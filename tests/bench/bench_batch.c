@@ -13,9 +13,9 @@
 #include "coll.h"
 #include "cpu.h"
 #include "forward.h"
-#include "mkmodel.h"
 #include "model.h"
 #include "sampler.h"
+#include "synth_model.h"
 
 enum { MAX_SEQ = 64, N_PROMPT = 64, N_WARM = 2, N_STEPS = 32 };
 
@@ -24,33 +24,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s PRESET TYPE DIR [THREADS [MAX_B]]\n", argv[0]);
         return 2;
     }
-    const struct mkmodel_preset *preset = mkmodel_find_preset(argv[1]);
-    const int ti = dtype_from_name(argv[2]);
-    if (!preset || ti < 0) {
-        fprintf(stderr, "unknown preset %s or type %s\n", argv[1], argv[2]);
-        return 2;
-    }
     const int threads = argc > 4 ? atoi(argv[4]) : 2;
     const int max_b = argc > 5 ? NM_MAX(1, NM_MIN(MAX_SEQ, atoi(argv[5]))) : MAX_SEQ;
-    char path[1024], err[512], cmd[1100];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[3]);
-    snprintf(path, sizeof path, "%s/%s_%s.gguf", argv[3], argv[1], argv[2]);
+    char err[512];
     struct pool *pool = pool_init(threads, NULL);
-    FILE *f = fopen(path, "rb");
-    if (f) fclose(f);
-    struct mkmodel_params mp = {.preset = preset, .type = (enum dtype)ti, .output_type = -1, .seed = 1};
-    if (!f && (system(cmd) != 0 || mkmodel_write(&mp, path, pool, err, sizeof err))) {
-        fprintf(stderr, "mkmodel: %s\n", err);
-        return 1;
-    }
     struct coll_options co = {.transport = COLL_TRANSPORT_SINGLE, .quiet = true};
     struct coll *coll = coll_init(&co);
-    struct model *m;
-    struct model_load_params lp = {.rank = 0, .nranks = 1, .pool = pool};
-    if (model_load(path, &lp, &m, err, sizeof err)) {
-        fprintf(stderr, "model_load: %s\n", err);
-        return 1;
-    }
+    struct synth_model sm; /* made once in DIR, then reused */
+    const int st = synth_model_open(argv[1], argv[2], argv[3], 1, true, pool, NULL, &sm);
+    if (st) return st;
+    struct model *m = sm.m;
     const int64_t V = m->cfg.n_vocab;
     struct engine *e;
     const struct engine_params ep = {.n_ctx = MAX_SEQ * 128, .n_seq = MAX_SEQ, .n_batch = MAX_SEQ * N_PROMPT,

@@ -25,4 +25,4 @@ target_link_libraries(bench_attn PRIVATE nm_kernels m)
 
 # Figures, not a test: batched decode throughput over 1..64 sequences (bench_batch PRESET TYPE DIR [THREADS]).
 add_executable(bench_batch ${CMAKE_CURRENT_LIST_DIR}/bench_batch.c)
-target_link_libraries(bench_batch PRIVATE nm_rank)
+target_link_libraries(bench_batch PRIVATE nm_synth_model)

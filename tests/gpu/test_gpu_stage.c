@@ -18,8 +18,8 @@
 #include "forward.h"
 #include "gpu_stage.h"
 #include "gtest.h"
-#include "mkmodel.h"
 #include "model.h"
+#include "synth_model.h"
 
 static int g_fail;
 static char g_repro[512];
@@ -74,32 +74,15 @@ int main(int argc, char **argv) {
     snprintf(g_repro, sizeof g_repro, "%s %s %s %s%s", argv[0], argv[1], argv[2], argv[3], argc > 4 ? " --long" : "");
     gtest_require_device("test_gpu_stage");
     const bool long_prompt = argc > 4 && strcmp(argv[4], "--long") == 0;
-    const struct mkmodel_preset *preset = mkmodel_find_preset(argv[1]);
-    const int ti = dtype_from_name(argv[2]);
-    if (!preset || ti < 0) {
-        fprintf(stderr, "unknown preset %s or type %s\n", argv[1], argv[2]);
-        return 2;
-    }
-    const enum dtype type = (enum dtype)ti;
-    char path[1024], err[512];
-    snprintf(path, sizeof path, "%s/%s_%s.gguf", argv[3], argv[1], argv[2]);
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[3]);
-    if (system(cmd) != 0) return 1;
     struct pool *pool = pool_init(4, NULL);
-    struct mkmodel_params mp = {.preset = preset, .type = type, .output_type = -1, .seed = 7};
-    if (mkmodel_write(&mp, path, pool, err, sizeof err)) {
-        fprintf(stderr, "mkmodel: %s\n", err);
-        return 1;
-    }
     struct coll_options co = {.transport = COLL_TRANSPORT_SINGLE, .quiet = true};
     struct coll *coll = coll_init(&co);
-    struct model *m;
-    struct model_load_params lp = {.rank = 0, .nranks = 1, .pool = pool};
-    if (model_load(path, &lp, &m, err, sizeof err)) {
-        fprintf(stderr, "model_load: %s\n", err);
-        return 1;
-    }
+    char err[512];
+    struct synth_model sm;
+    const int st = synth_model_open(argv[1], argv[2], argv[3], 7, false, pool, NULL, &sm);
+    if (st) return st;
+    struct model *m = sm.m;
+    const enum dtype type = sm.type;
     const struct model_config *c = &m->cfg;
     const int64_t E = c->n_embd, V = c->n_vocab, L = c->n_layer;
     const int n_prompt = long_prompt ? 2100 : 16, n_gen = long_prompt ? 4 : 16, n_batch = long_prompt ? 512 : 8;

@@ -26,7 +26,7 @@ endif()
 # other eight decoder types on tiny-llama; layer_first 0, 1, n_layer/2 and n_layer; one
 # 2100-token prompt in chunks of 512.
 add_executable(test_gpu_stage ${NM_GTEST_DIR}/test_gpu_stage.c)
-target_link_libraries(test_gpu_stage PRIVATE nm_rank)
+target_link_libraries(test_gpu_stage PRIVATE nm_synth_model)
 set(NM_GPU_PRESETS tiny-llama tiny-llama31 tiny-qwen2 tiny-qwen3 tiny-qwen3moe)
 set(NM_GPU_TYPES f32 f16 bf16 q8_0 q4_0 q4_1 q4_k q5_k q6_k q5_0 q2_k iq4_xs iq2_xxs iq1_m)
 set(NM_GPU_TYPES_ONE q5_1 q3_k iq4_nl iq2_xs iq2_s iq3_xxs iq3_s iq1_s) # tiny-llama only

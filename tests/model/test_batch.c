@@ -18,9 +18,9 @@
 
 #include "coll.h"
 #include "forward.h"
-#include "mkmodel.h"
 #include "model.h"
 #include "sampler.h"
+#include "synth_model.h"
 
 enum { N_SEQ = 16, N_GEN = 8, N_BATCH = 64, MAX_PROMPT = 23 };
 
@@ -49,40 +49,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s PRESET TYPE DIR\n", argv[0]);
         return 2;
     }
-    const struct mkmodel_preset *preset = mkmodel_find_preset(argv[1]);
-    const int ti = dtype_from_name(argv[2]);
-    if (!preset || ti < 0) {
-        fprintf(stderr, "unknown preset %s or type %s\n", argv[1], argv[2]);
-        return 2;
-    }
     struct coll_options co = {.quiet = true};
     struct coll *coll = coll_init(&co);
     g_rank = coll_rank(coll);
     const int nranks = coll_size(coll);
     snprintf(g_repro, sizeof g_repro, "%s%s %s %s %s", nranks > 1 ? "mpirun -np 2 " : "", argv[0], argv[1], argv[2],
              argv[3]);
-    char path[1024], err[512], cmd[1100];
-    snprintf(path, sizeof path, "%s/%s_%s.gguf", argv[3], argv[1], argv[2]);
+    char err[512];
     struct pool *pool = pool_init(nranks > 1 ? 1 : 2, NULL); /* 2 cores in CI */
-    const double timeout = coll_timeout(coll);
-    coll_set_timeout(coll, 600); /* the others wait while rank 0 writes the model (K-quants: seconds) */
-    if (g_rank == 0) {
-        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", argv[3]);
-        struct mkmodel_params mp = {.preset = preset, .type = (enum dtype)ti, .output_type = -1, .seed = 5};
-        if (system(cmd) != 0 || mkmodel_write(&mp, path, pool, err, sizeof err)) {
-            fprintf(stderr, "mkmodel: %s\n", err);
-            return 1;
-        }
-    }
-    coll_barrier(coll);
-    struct model *m;
-    struct model_load_params lp = {.rank = g_rank, .nranks = nranks, .pool = pool, .coll = coll};
-    if (model_load(path, &lp, &m, err, sizeof err)) {
-        fprintf(stderr, "model_load: %s\n", err);
-        return 1;
-    }
-    coll_barrier(coll);
-    coll_set_timeout(coll, timeout);
+    struct synth_model sm;
+    const int st = synth_model_open(argv[1], argv[2], argv[3], 5, false, pool, coll, &sm);
+    if (st) return st;
+    struct model *m = sm.m;
+    const enum dtype ti = sm.type;
     const int64_t V = m->cfg.n_vocab, nl = range_len(m->shard.vocab);
     struct engine *e;
     const struct engine_params ep = {.n_ctx = N_SEQ * 32, .n_seq = N_SEQ, .n_batch = N_BATCH,

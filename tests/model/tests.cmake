@@ -85,7 +85,7 @@ endif()
 set(NM_BATCH_TYPES f32 bf16 q8_0 q4_0 q4_k q6_k q5_0 iq4_xs iq2_xxs)
 set(NM_BATCH_TYPES_NP2 q4_0 q4_k iq2_xxs)
 add_executable(test_batch ${CMAKE_CURRENT_LIST_DIR}/test_batch.c)
-target_link_libraries(test_batch PRIVATE nm_rank)
+target_link_libraries(test_batch PRIVATE nm_synth_model)
 foreach(preset tiny-llama tiny-qwen2 tiny-qwen3moe)
   foreach(type ${NM_BATCH_TYPES})
     add_test(NAME batch_invariance_${preset}_${type}
