@@ -282,13 +282,16 @@ static json_t *id_of(enum api_kind kind, uint64_t id) {
     return json_string(s);
 }
 
-static json_t *usage(int64_t n_prompt, int64_t n_gen) {
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens", (json_int_t)n_gen,
-                     "total_tokens", (json_int_t)(n_prompt + n_gen));
+/* OpenAI's usage, with the prompt tokens a slot's KV cache already held (prefix reuse) as
+ * prompt_tokens_details.cached_tokens. */
+static json_t *usage(int64_t n_prompt, int64_t n_gen, int64_t n_cached) {
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)n_prompt, "completion_tokens",
+                     (json_int_t)n_gen, "total_tokens", (json_int_t)(n_prompt + n_gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)n_cached);
 }
 
 char *api_completion(enum api_kind kind, uint64_t id, int64_t created, const char *model, const char *text,
-                     size_t len, enum serve_finish finish, int64_t n_prompt, int64_t n_gen) {
+                     size_t len, enum serve_finish finish, int64_t n_prompt, int64_t n_gen, int64_t n_cached) {
     json_t *choice;
     if (kind == API_KIND_CHAT)
         choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant", "content",
@@ -298,7 +301,7 @@ char *api_completion(enum api_kind kind, uint64_t id, int64_t created, const cha
                            api_finish_reason(finish));
     return dump(json_pack("{s:o, s:s, s:I, s:s, s:[o], s:o}", "id", id_of(kind, id), "object",
                           kind == API_KIND_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)created,
-                          "model", model, "choices", choice, "usage", usage(n_prompt, n_gen)));
+                          "model", model, "choices", choice, "usage", usage(n_prompt, n_gen, n_cached)));
 }
 
 char *api_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *model, const char *text, size_t len,
@@ -319,10 +322,10 @@ char *api_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *mo
 }
 
 char *api_usage_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *model, int64_t n_prompt,
-                      int64_t n_gen) {
+                      int64_t n_gen, int64_t n_cached) {
     return dump(json_pack("{s:o, s:s, s:I, s:s, s:[], s:o}", "id", id_of(kind, id), "object",
                           kind == API_KIND_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                          (json_int_t)created, "model", model, "choices", "usage", usage(n_prompt, n_gen)));
+                          (json_int_t)created, "model", model, "choices", "usage", usage(n_prompt, n_gen, n_cached)));
 }
 
 static json_t *model_object(const char *model, int64_t created, int64_t n_ctx_slot) {

@@ -52,9 +52,10 @@ struct serve_request *api_parse(const struct api_model *m, enum api_kind kind, c
  * habit); param is null. */
 char *api_error(int status, const char *type, const char *code, const char *message);
 
-/* A whole completion: chat.completion or text_completion, with usage. */
+/* A whole completion: chat.completion or text_completion, with usage (n_cached: the prompt
+ * tokens reused from the slot's KV cache, as prompt_tokens_details.cached_tokens). */
 char *api_completion(enum api_kind kind, uint64_t id, int64_t created, const char *model, const char *text,
-                     size_t len, enum serve_finish finish, int64_t n_prompt, int64_t n_gen);
+                     size_t len, enum serve_finish finish, int64_t n_prompt, int64_t n_gen, int64_t n_cached);
 
 /* One stream chunk (without the "data: " framing): text[0..len) as the delta; for chat, role
  * adds "role":"assistant"; finish != NONE ends the choice with its finish_reason. */
@@ -62,7 +63,7 @@ char *api_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *mo
                 bool role, enum serve_finish finish);
 /* The usage chunk of stream_options.include_usage (empty choices). */
 char *api_usage_chunk(enum api_kind kind, uint64_t id, int64_t created, const char *model, int64_t n_prompt,
-                      int64_t n_gen);
+                      int64_t n_gen, int64_t n_cached);
 
 /* GET /v1/models (the list of one), and GET /v1/models/{model} (the model object alone). */
 char *api_models(const char *model, int64_t created, int64_t n_ctx_slot);

@@ -126,7 +126,7 @@ static bool reader_produce(struct reader *rd) {
     const size_t from = rd->text_read, to = r->text_len;
     char *text = malloc(to - from + 1);
     memcpy(text, r->text ? r->text + from : "", to - from);
-    const int64_t n_gen = r->n_gen, n_prompt = r->n_prompt;
+    const int64_t n_gen = r->n_gen, n_prompt = r->n_prompt, n_cached = r->n_cached;
     pthread_mutex_unlock(&r->mu);
     rd->text_read = to;
     bool ok = fin != SERVE_FINISH_CANCEL;
@@ -138,7 +138,7 @@ static bool reader_produce(struct reader *rd) {
         if (fin != SERVE_FINISH_NONE) {
             out_chunk(rd, "", 0, fin);
             if (rd->o.include_usage) {
-                char *u = api_usage_chunk(rd->kind, r->id, rd->created, rd->h->m->name, n_prompt, n_gen);
+                char *u = api_usage_chunk(rd->kind, r->id, rd->created, rd->h->m->name, n_prompt, n_gen, n_cached);
                 out_add(rd, u, true);
                 free(u);
             }
@@ -146,7 +146,8 @@ static bool reader_produce(struct reader *rd) {
             rd->ended = true;
         }
     } else {
-        char *body = api_completion(rd->kind, r->id, rd->created, rd->h->m->name, text, to, fin, n_prompt, n_gen);
+        char *body = api_completion(rd->kind, r->id, rd->created, rd->h->m->name, text, to, fin, n_prompt, n_gen,
+                                    n_cached);
         out_add(rd, body, false);
         free(body);
         rd->ended = true;

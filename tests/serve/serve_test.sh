@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # serve_test.sh NUMALLM SRC_DIR WORKDIR RANKS [MPIRUN...]: numallm serve end to end over curl, on a
 # tiny qwen2 model with GPT-2's vocabulary, 1 rank in-process or RANKS under mpirun. Checks the
-# endpoints and their shapes (completions and chat, streaming and not, usage, stop strings held
-# back across token borders, token-id prompts, /tokenize, /detokenize, /v1/models, /metrics,
-# /health), the errors (400, 401, 404, 503 with Retry-After when the queue is full), greedy
+# endpoints and their shapes (completions and chat, streaming and not, usage with the cached
+# prompt tokens, stop strings held back across token borders, token-id prompts, /tokenize,
+# /detokenize, /v1/models, /metrics, /health), the errors (400, 401, 404, 503 with Retry-After when the queue is full), greedy
 # results of 16 concurrent requests equal to each alone (batch invariance), a client that goes
 # away freeing its slot, and a clean exit on SIGTERM. Every request and wait is bounded.
 set -u
@@ -70,6 +70,10 @@ r=$(post /v1/completions "$C"); expect_status 200 "completion"
 TEXT=$(echo "$r" | jget 'json.dumps(d["choices"][0]["text"])')
 r2=$(post /v1/completions "$C")
 [ "$(echo "$r2" | jget 'json.dumps(d["choices"][0]["text"])')" = "$TEXT" ] || fail "greedy completion not repeatable"
+# prefix reuse in usage: the first request found nothing cached, its repeat all but the last two tokens
+[ "$(echo "$r" | jget 'd["usage"]["prompt_tokens_details"]["cached_tokens"]')" = 0 ] || fail "first request's usage: $r"
+[ "$(echo "$r2" | jget 'd["usage"]["prompt_tokens_details"]["cached_tokens"] == d["usage"]["prompt_tokens"] - 2')" = True ] ||
+  fail "the repeated prompt's usage does not count its cached tokens: $r2"
 
 IDS=$(post /tokenize '{"content": "The capital of France is"}' | jget 'd["tokens"]')
 expect_status 200 tokenize
