@@ -3,9 +3,10 @@
 # tiny qwen2 model with GPT-2's vocabulary, 1 rank in-process or RANKS under mpirun. Checks the
 # endpoints and their shapes (completions and chat, streaming and not, usage with the cached
 # prompt tokens, stop strings held back across token borders, token-id prompts, /tokenize,
-# /detokenize, /v1/models, /metrics, /health), the errors (400, 401, 404, 503 with Retry-After when the queue is full), greedy
-# results of 16 concurrent requests equal to each alone (batch invariance), a client that goes
-# away freeing its slot, and a clean exit on SIGTERM. Every request and wait is bounded.
+# /detokenize, /v1/models, /metrics, /health), the errors (400, 401, 404, 503 with Retry-After
+# when the queue is full), greedy results of 16 concurrent requests equal to each alone (batch
+# invariance), a client that goes away freeing its slot, and a clean exit on SIGTERM. Every
+# request and wait is bounded.
 set -u
 NUMALLM=$1 SRC=$2 WORK=$3 RANKS=$4
 shift 4
