@@ -142,8 +142,8 @@ void kern_matmul_force_path(enum kern_path path);
  * off. Not thread-safe, like kern_matmul_force_path. */
 void kern_matmul_allow_bf16_tiles(bool on);
 bool kern_matmul_bf16_tiles_allowed(void);
-/* The m from which an allowed quantized type takes the bf16 tiles (NM_AMX_BF16_MIN_M forces
- * one value, for measurements). */
+/* The m from which an allowed quantized type takes the bf16 tiles: 64 (NM_AMX_BF16_MIN_M forces
+ * another, for measurements). F16/BF16 take them from kern_matmul_amx_min_m. */
 int kern_matmul_bf16_min_m(enum dtype type);
 /* Whether this process may run AMX tiles (CPUID AMX-TILE/INT8/BF16, the avx512 path, and the
  * OS's permission; see cpu.h). */

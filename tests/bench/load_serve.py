@@ -14,7 +14,7 @@ The server is either --url (already running) or started here: --numallm BIN --mo
   tests/bench/load_serve.py --numallm build/numallm --model m.gguf --concurrency 1,2,4,8,16,32,64
   tests/bench/load_serve.py --url http://127.0.0.1:8080 --concurrency 4 --requests 10 --json out.json
 
-Standard library only: http.client, threading. The functions Server, free_port and
+Standard library only: http.client, threading. The functions start_server and
 completion are used by tests/serve/soak.py.
 """
 import argparse
@@ -234,6 +234,22 @@ def flag_value(argv, names):
     return v
 
 
+def start_server(numallm, model, server_args, slots, slot_tokens, log, ranks=1, mpirun=None, threads=None):
+    """numallm serve with server_args (a shell string), adding -np SLOTS and -c SLOTS x
+    slot_tokens where they are not given (each slot holds one request); waits for /health."""
+    sargs = shlex.split(server_args)
+    n_slots = flag_value(sargs, ("-np", "--parallel"))
+    if n_slots is None:
+        n_slots = slots
+        sargs += ["-np", str(n_slots)]
+    if flag_value(sargs, ("-c", "--ctx-size")) is None:
+        sargs += ["-c", str(int(n_slots) * slot_tokens)]
+    server = Server(numallm, model, sargs, log, ranks, mpirun, threads)
+    print("starting: %s" % " ".join(shlex.quote(a) for a in server.cmd), file=sys.stderr, flush=True)
+    server.wait_healthy()
+    return server
+
+
 def fmt(x, nd=1):
     return "-" if x is None else "%.*f" % (nd, x)
 
@@ -270,16 +286,9 @@ def main():
         u = urllib.parse.urlparse(args.url)
         host, port, target = u.hostname, u.port or 80, args.url
     elif args.numallm and args.model:
-        sargs = shlex.split(args.server_args)
-        n_slots = flag_value(sargs, ("-np", "--parallel"))
-        if n_slots is None:
-            n_slots = max(levels)
-            sargs += ["-np", str(n_slots)]
-        if flag_value(sargs, ("-c", "--ctx-size")) is None:  # each slot holds one request
-            sargs += ["-c", str(int(n_slots) * (args.prompt_tokens + args.output_tokens + 16))]
-        server = Server(args.numallm, args.model, sargs, args.server_log, args.ranks, args.mpirun, args.threads)
-        print("starting: %s" % " ".join(shlex.quote(a) for a in server.cmd), file=sys.stderr)
-        server.wait_healthy()
+        server = start_server(args.numallm, args.model, args.server_args, max(levels),
+                              args.prompt_tokens + args.output_tokens + 16, args.server_log, args.ranks, args.mpirun,
+                              args.threads)
         host, port, target = "127.0.0.1", server.port, " ".join(shlex.quote(a) for a in server.cmd)
     else:
         ap.error("give --url, or --numallm and --model")

@@ -15,21 +15,20 @@ status 0 when every check held, 1 otherwise; the outcome is printed as a markdow
   tests/serve/soak.py --numallm build/numallm --model m.gguf --clients 64 --duration 600
   tests/serve/soak.py --url http://127.0.0.1:8080 --pid 1234 --clients 16 --duration 60
 
-Standard library only; uses Server and completion from tests/bench/load_serve.py.
+Standard library only; uses start_server and completion from tests/bench/load_serve.py.
 """
 import argparse
 import http.client
 import json
 import os
 import random
-import shlex
 import sys
 import threading
 import time
 import urllib.parse
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
-from load_serve import Server, completion, flag_value  # noqa: E402
+from load_serve import completion, start_server  # noqa: E402
 
 
 def proc_status(pid):
@@ -94,16 +93,8 @@ def main():
         u = urllib.parse.urlparse(args.url)
         host, port, pid = u.hostname, u.port or 80, args.pid
     elif args.numallm and args.model:
-        sargs = shlex.split(args.server_args)
-        n_slots = flag_value(sargs, ("-np", "--parallel"))
-        if n_slots is None:
-            n_slots = args.clients
-            sargs += ["-np", str(n_slots)]
-        if flag_value(sargs, ("-c", "--ctx-size")) is None:
-            sargs += ["-c", str(int(n_slots) * (48 + args.max_tokens + 16))]
-        server = Server(args.numallm, args.model, sargs, args.server_log, threads=args.threads)
-        print("starting: %s" % " ".join(shlex.quote(a) for a in server.cmd), flush=True)
-        server.wait_healthy()
+        server = start_server(args.numallm, args.model, args.server_args, args.clients, 48 + args.max_tokens + 16,
+                              args.server_log, threads=args.threads)
         host, port, pid = "127.0.0.1", server.port, server.pid
     else:
         ap.error("give --url (and --pid), or --numallm and --model")
