@@ -470,8 +470,10 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB; batch %d", (long long)n_ctx, (long long)nl,
                 s->kv_type == DTYPE_F16 ? "f16" : "f32", (double)s->kv_bytes / (1 << 20), s->n_batch);
     nm_log_info("GPU: decode: int8-activation GEMV (dp4a) for block-quantized weights, fused norm/rope/KV/residual "
-                "kernels, %s",
-                s->use_graph ? "one CUDA graph per token" : "no CUDA graph (NM_GPU_GRAPHS=0)");
+                "kernels, %s, %s",
+                s->use_graph ? "one CUDA graph per token" : "no CUDA graph (NM_GPU_GRAPHS=0)",
+                cuk_ctx_overlaps_launches(s->ctx) ? "each kernel starting while the one before finishes"
+                                                  : "kernels one after another (NM_GPU_PDL=0 or before sm_90)");
     *out = s;
     return NM_OK;
 fail:

@@ -9,7 +9,9 @@
  * Decode (chunks of up to CUK_GEMV_MAX_ROWS rows) multiplies block-quantized weights with int8
  * activations quantized exactly as the CPU ranks quantize them, in fused kernels; a one-row step
  * without a layer hook replays one CUDA graph (captured at the first such step; the position is
- * read from device memory). NM_GPU_GRAPHS=0 in the environment launches the kernels one by one.
+ * read from device memory). NM_GPU_GRAPHS=0 in the environment launches the kernels one by one;
+ * NM_GPU_PDL=0 makes each decode kernel wait for the one before to finish before it starts
+ * (kernels/cuda/cuk_internal.h, cuk_launch).
  *
  * The stage keeps its own KV cache (its layers only, F16 or F32, allocated once at open for
  * n_ctx positions: lesson 5) and chunks any prompt by n_batch internally.

@@ -59,6 +59,9 @@ int cuk_device_info_get(int dev, struct cuk_device_info *out, char *why, size_t 
 struct cuk_ctx;
 /* Select device dev, create a stream and a cuBLAS handle. Returns NULL with a message in why. */
 struct cuk_ctx *cuk_ctx_init(int dev, char *why, size_t whylen);
+/* Whether the decode kernels start while the one before them finishes (programmatic dependent
+ * launch: compute capability 9.0 and up, unless NM_GPU_PDL=0). */
+bool cuk_ctx_overlaps_launches(const struct cuk_ctx *c);
 void cuk_ctx_free(struct cuk_ctx *c);
 /* Allocate the GEMM scratch: activations of up to max_rows x max_k in f16 and a dequantization
  * tile of tile_bytes. Returns 0, or -1 with a message naming the size when memory is short. */
@@ -119,8 +122,8 @@ void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert
 size_t cuk_q8_bytes(int m, int64_t k);
 /* xq = q8 of x [m][ldx] (k values per row). */
 void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k);
-/* cuk_rmsnorm (y may equal x), and xq = q8 of y when xq is not NULL (n a multiple of 32): one
- * kernel for a norm and the quantized input of the matmuls after it. */
+/* cuk_rmsnorm, and xq = q8 of y when xq is not NULL (n a multiple of 32; y must not be x then):
+ * one kernel for a norm and the quantized input of the matmuls after it. */
 void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows, int64_t n,
                     float eps);
 /* cuk_swiglu over rows x n (out may equal gate), and xq = q8 of out when xq is not NULL (n a

@@ -36,6 +36,8 @@ extern "C" {
 
 struct cuk_ctx {
     int dev;
+    int sm_count; /* multiprocessors: grids sized to fill the device once */
+    bool pdl;     /* cuk_launch lets kernels overlap (sm_90 and not NM_GPU_PDL=0) */
     cudaStream_t stream;
     cublasHandle_t blas;
     /* GEMM scratch (cuk_ctx_reserve_gemm). */
@@ -49,6 +51,44 @@ struct cuk_ctx {
     float *pin_vals;
     int32_t *dev_pen;  /* [CUK_TOPK_MAX] penalty ids */
 };
+
+/* ---- programmatic dependent launch (sm_90) -------------------------------------------------
+ * The decode kernels are launched through cuk_launch, which lets each one start while the kernel
+ * before it on the stream is finishing: its blocks come up as the other's leave, and a GEMV
+ * streams its first weights in meanwhile. The contract of such a kernel: every thread calls
+ * cuk_grid_wait() before it reads anything an earlier kernel wrote or writes anything an earlier
+ * kernel reads (it returns once the kernel before has completed and its writes are visible; that
+ * one waited for its own predecessor, so the order holds down the stream), and
+ * cuk_grid_release() lets the next kernel come up. Kernels launched with <<<>>> serialize as
+ * always, and both calls are no-ops in them. */
+__device__ __forceinline__ void cuk_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cuk_grid_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" :::);
+#endif
+}
+template <typename... KArgs, typename... Args>
+void cuk_launch(struct cuk_ctx *c, const char *name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                Args... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = c->pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+    if (e != cudaSuccess)
+        nm_fatal("launch of %s failed: %s (a bug in its grid/block sizes; NM_GPU_PDL=0 launches without overlap)", name,
+                 cudaGetErrorString(e));
+}
 
 /* One block of 32 int8 activations as the CPU ranks quantize a matmul input (kernels/quant.h
  * block_q8x): x[i] ~= d * q[i], isum = sum of q[i]. The device layout of m rows of k values

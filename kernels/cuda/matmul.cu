@@ -27,14 +27,17 @@ __device__ __forceinline__ uint16_t ld16(const uint8_t *p) { return *(const uint
 __device__ __forceinline__ uint32_t ld32_a2(const uint8_t *p) { return (uint32_t)ld16(p) | ((uint32_t)ld16(p + 2) << 16); }
 __device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *(const uint32_t *)p; }
 
-/* ggml get_scale_min_k4 on the 12 scale bytes. */
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *s, int *sc, int *m) {
+/* ggml get_scale_min_k4 on the 12 scale bytes, held as three words s0..s2 (bytes 0-3, 4-7,
+ * 8-11): shifts instead of a byte array, which a run-time j would put in local memory. */
+__device__ __forceinline__ void scale_min_k4(int j, uint32_t s0, uint32_t s1, uint32_t s2, int *sc, int *m) {
     if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
+        *sc = (int)((s0 >> (8 * j)) & 63);
+        *m = (int)((s1 >> (8 * j)) & 63);
     } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        const int i = 8 * (j - 4);
+        const uint32_t b = (s2 >> i) & 0xFF; /* byte j + 4 */
+        *sc = (int)((b & 0xF) | (((s0 >> i) & 0xFF) >> 6 << 4));
+        *m = (int)((b >> 4) | (((s1 >> i) & 0xFF) >> 6 << 4));
     }
 }
 
@@ -108,14 +111,11 @@ template <> struct QT<DTYPE_Q8_0> {
  * at 4), as the dequantization uses them: value = d1 * q - m1. */
 __device__ __forceinline__ void k4_scales(const uint8_t *blk, int c, float *d1, float *m1, float *d2, float *m2) {
     const float d = h2f(ld16(blk)), dmin = h2f(ld16(blk + 2));
-    uint8_t s[12];
-    *(uint32_t *)(s + 0) = ld32(blk + 4);
-    *(uint32_t *)(s + 4) = ld32(blk + 8);
-    *(uint32_t *)(s + 8) = ld32(blk + 12);
+    const uint32_t s0 = ld32(blk + 4), s1 = ld32(blk + 8), s2 = ld32(blk + 12);
     int sc, m;
-    scale_min_k4(2 * c, s, &sc, &m);
+    scale_min_k4(2 * c, s0, s1, s2, &sc, &m);
     *d1 = d * (float)sc, *m1 = dmin * (float)m;
-    scale_min_k4(2 * c + 1, s, &sc, &m);
+    scale_min_k4(2 * c + 1, s0, s1, s2, &sc, &m);
     *d2 = d * (float)sc, *m2 = dmin * (float)m;
 }
 
@@ -320,12 +320,8 @@ template <> struct QV<DTYPE_Q4_K> {
         const cuk_q8s sa = as[u];
         const uint4 q0 = *(const uint4 *)(blk + 16 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 32 + (j >> 1) * 32);
         const uint32_t dd = ld32(blk);
-        uint8_t sc12[12];
-        *(uint32_t *)(sc12 + 0) = ld32(blk + 4);
-        *(uint32_t *)(sc12 + 4) = ld32(blk + 8);
-        *(uint32_t *)(sc12 + 8) = ld32(blk + 12);
         int sc, m;
-        scale_min_k4(j, sc12, &sc, &m);
+        scale_min_k4(j, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &sc, &m);
         const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
         int s = 0;
@@ -347,12 +343,8 @@ template <> struct QV<DTYPE_Q5_K> {
         const uint4 q0 = *(const uint4 *)(blk + 48 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 64 + (j >> 1) * 32);
         const uint4 h0 = *(const uint4 *)(blk + 16), h1 = *(const uint4 *)(blk + 32);
         const uint32_t dd = ld32(blk);
-        uint8_t sc12[12];
-        *(uint32_t *)(sc12 + 0) = ld32(blk + 4);
-        *(uint32_t *)(sc12 + 4) = ld32(blk + 8);
-        *(uint32_t *)(sc12 + 8) = ld32(blk + 12);
         int sc, m;
-        scale_min_k4(j, sc12, &sc, &m);
+        scale_min_k4(j, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &sc, &m);
         const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
         const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
@@ -405,63 +397,114 @@ struct gemv_q8_outs {
     int64_t ldy[CUK_GEMV_MAX_OUTS];
     int row_end[CUK_GEMV_MAX_OUTS]; /* rows of outputs 0..i together */
     int accumulate[CUK_GEMV_MAX_OUTS];
-    int n_outs;
+    int n_outs, n_rows;
 };
 
-constexpr int GQ_WARPS = 4;   /* rows per block of the q8 GEMV: one warp each */
-constexpr int GQ_STAGE = 128; /* units a warp stages per step */
+/* The output that row `row` of the outputs stacked falls in: its fields and the row within it.
+ * Read with constant indices only (a kernel parameter indexed at run time is copied to local
+ * memory first). */
+struct gq_out {
+    const uint8_t *w;
+    float *y;
+    const float *bias;
+    int64_t ldy;
+    int accumulate, row;
+};
+__device__ __forceinline__ gq_out gq_find(const gemv_q8_outs &o, int row) {
+    gq_out r = {o.w[0], o.y[0], o.bias[0], o.ldy[0], o.accumulate[0], row};
+#pragma unroll
+    for (int i = 1; i < CUK_GEMV_MAX_OUTS; i++)
+        if (i < o.n_outs && row >= o.row_end[i - 1]) /* row_end ascends: the last match is it */
+            r = gq_out{o.w[i], o.y[i], o.bias[i], o.ldy[i], o.accumulate[i], row - o.row_end[i - 1]};
+    return r;
+}
 
-/* Row blockIdx.x * GQ_WARPS + warp of the outputs' rows stacked, activation row blockIdx.y
- * (column col reads x row col / x_div and, with ids, expert ids[col]'s matrix). The warp copies
- * GQ_STAGE units of its row at a time into shared memory with coalesced loads of vec bytes
- * (16 where the row and stage offsets allow), then each lane decodes units lane, lane + 32, ...
- * from there: the blocks' odd sizes (18, 34, 210 bytes) only allow 2-byte loads, which from
- * global memory would cost several L1 wavefronts each. */
+constexpr int GQ_WARPS = 4;       /* warps per block of the q8 GEMV */
+constexpr int GQ_STAGE = 128;     /* units of a row a warp stages at a time (64 where that exceeds GQ_STAGE_MAX) */
+constexpr int GQ_STAGE_MAX = 4608; /* bytes of one stage */
+constexpr int GQ_DEPTH = 2;       /* stages per warp: one is computed while the next is copied */
+
+/* Asynchronous copies global -> shared (sm_80+): issued, committed as a group, waited for. */
+__device__ __forceinline__ void cp_async(void *smem, const void *g, int bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    if (bytes == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
+    else if (bytes == 8) asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(g) : "memory");
+    else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Each warp of the grid (gw of G) takes the rows gw, gw + G, ... of the outputs' rows stacked,
+ * and every activation row (m of them, so each weight byte is read once). A row is cut into
+ * stages of su units; the warp copies stage i + 1 into shared memory with coalesced
+ * asynchronous loads of vec bytes (16 where the row and stage offsets allow) while its lanes
+ * decode stage i from there (units lane, lane + 32, ...): the blocks' odd sizes (18, 34, 210
+ * bytes) only allow 2-byte loads, which from global memory would cost several L1 wavefronts
+ * each. A row's sum is the warp's shuffle sum of its lanes' sums. */
 template <class Q>
 __global__ void __launch_bounds__(GQ_WARPS * 32)
-    gemv_q8_kernel(const Q q, gemv_q8_outs o, size_t row_bytes, size_t expert_bytes, const int32_t *__restrict__ ids,
-                   int units, const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int x_div,
-                   int vec) {
-    extern __shared__ __align__(16) uint8_t gq_stage[]; /* [GQ_WARPS][gq_stage_bytes(q)] */
+    gemv_q8_kernel(const Q q, gemv_q8_outs o, size_t row_bytes, int units, int su, int stage_bytes,
+                   const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int m, int vec) {
+    extern __shared__ __align__(16) uint8_t gq_stage[]; /* [GQ_WARPS][GQ_DEPTH][stage_bytes] */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row = blockIdx.x * GQ_WARPS + warp;
-    if (row >= o.row_end[o.n_outs - 1]) return;
-    int p = 0;
-    while (row >= o.row_end[p]) p++;
-    if (p) row -= o.row_end[p - 1];
-    const int col = blockIdx.y, xr = col / x_div;
-    const uint8_t *wr = o.w[p] + (ids ? (size_t)ids[col] * expert_bytes : 0) + (size_t)row * row_bytes;
-    const int8_t *a = aq + (int64_t)xr * k;
-    const cuk_q8s *sa = as + (int64_t)xr * (k / 32);
-    uint8_t *sm = gq_stage + warp * (GQ_STAGE / q.UPB * q.BB);
-    float acc = 0.0f;
-    for (int u0 = 0; u0 < units; u0 += GQ_STAGE) {
-        const int nu = NM_MIN(GQ_STAGE, units - u0);
-        const int nbytes = (nu + q.UPB - 1) / q.UPB * q.BB;
-        const uint8_t *src = wr + (size_t)(u0 / q.UPB) * q.BB;
-        __syncwarp();
-        if (vec == 16) {
-#pragma unroll 4
-            for (int off = lane * 16; off < nbytes; off += 512) *(uint4 *)(sm + off) = __ldg((const uint4 *)(src + off));
-        } else if (vec == 8) {
-#pragma unroll 4
-            for (int off = lane * 8; off < nbytes; off += 256) *(uint2 *)(sm + off) = __ldg((const uint2 *)(src + off));
-        } else if (vec == 4) {
-#pragma unroll 4
-            for (int off = lane * 4; off < nbytes; off += 128) *(uint32_t *)(sm + off) = __ldg((const uint32_t *)(src + off));
-        } else {
-            for (int off = lane * 2; off < nbytes; off += 64) *(uint16_t *)(sm + off) = __ldg((const uint16_t *)(src + off));
+    const int n_rows = o.n_rows;
+    const int gw = blockIdx.x * GQ_WARPS + warp, G = gridDim.x * GQ_WARPS;
+    const int chunks = (units + su - 1) / su;
+    const int n_items = gw < n_rows ? (n_rows - gw + G - 1) / G * chunks : 0; /* (row, stage) pairs */
+    uint8_t *buf = gq_stage + (size_t)warp * GQ_DEPTH * stage_bytes;
+    /* the bytes of item it into its buffer (an empty group past the end keeps the count) */
+    auto fetch = [&](int it) {
+        if (it < n_items) {
+            const gq_out d = gq_find(o, gw + it / chunks * G);
+            const int u0 = it % chunks * su, nu = NM_MIN(su, units - u0);
+            const int nbytes = (nu + q.UPB - 1) / q.UPB * q.BB;
+            const uint8_t *src = d.w + (size_t)d.row * row_bytes + (size_t)(u0 / q.UPB) * q.BB;
+            uint8_t *dst = buf + (it % GQ_DEPTH) * stage_bytes;
+            if (vec >= 4) {
+                for (int off = lane * vec; off < nbytes; off += 32 * vec) cp_async(dst + off, src + off, vec);
+            } else {
+                for (int off = lane * 2; off < nbytes; off += 64) *(uint16_t *)(dst + off) = __ldg((const uint16_t *)(src + off));
+            }
         }
+        cp_async_commit();
+    };
+    /* launched with cuk_launch: the first weights (which no kernel writes) are on their way
+     * before the wait for the activations */
+    cuk_grid_release();
+#pragma unroll
+    for (int i = 0; i < GQ_DEPTH - 1; i++) fetch(i);
+    cuk_grid_wait();
+    float acc[CUK_GEMV_MAX_ROWS] = {};
+    for (int it = 0; it < n_items; it++) {
+        fetch(it + GQ_DEPTH - 1);
+        cp_async_wait<GQ_DEPTH - 1>();
         __syncwarp();
-        const int8_t *au = a + (int64_t)u0 * Q::UV;
-        const cuk_q8s *su = sa + (int64_t)u0 * Q::UV / 32;
-        for (int u = lane; u < nu; u += 32) acc += q.dot(sm, u, au, su);
-    }
-    acc = cuk_warp_reduce(acc, cuk_op_add());
-    if (lane == 0) {
-        float *y = o.y[p] + (int64_t)col * o.ldy[p] + row;
-        if (o.bias[p]) acc += o.bias[p][row];
-        *y = o.accumulate[p] ? *y + acc : acc;
+        const uint8_t *sm = buf + (it % GQ_DEPTH) * stage_bytes;
+        const int ch = it % chunks, u0 = ch * su, nu = NM_MIN(su, units - u0);
+        const int8_t *au = aq + (int64_t)u0 * Q::UV;
+        const cuk_q8s *sa = as + (int64_t)u0 * Q::UV / 32;
+#pragma unroll 2
+        for (int u = lane; u < nu; u += 32)
+#pragma unroll
+            for (int r = 0; r < CUK_GEMV_MAX_ROWS; r++)
+                if (r < m) acc[r] += q.dot(sm, u, au + r * k, sa + r * (k / 32));
+        __syncwarp(); /* every lane is done with this buffer before it is refilled */
+        if (ch == chunks - 1) {
+            const gq_out d = gq_find(o, gw + it / chunks * G);
+#pragma unroll
+            for (int r = 0; r < CUK_GEMV_MAX_ROWS; r++) {
+                if (r >= m) break;
+                const float v = cuk_warp_reduce(acc[r], cuk_op_add());
+                acc[r] = 0.0f;
+                if (lane == 0) {
+                    float *y = d.y + (int64_t)r * d.ldy + d.row;
+                    const float b = d.bias ? v + d.bias[d.row] : v;
+                    *y = d.accumulate ? *y + b : b;
+                }
+            }
+        }
     }
 }
 
@@ -536,6 +579,8 @@ template <class F> void with_qv(enum dtype t, F &&f) {
 /* One warp per 32-value block of x [m][ldx] (k values per row). */
 __global__ void quantize_q8_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int64_t n_blocks,
                                    int8_t *__restrict__ q, cuk_q8s *__restrict__ s) {
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
     const int64_t per_row = k / 32, r = b / per_row, i = (b % per_row) * 32;
@@ -738,8 +783,7 @@ extern "C" void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int
     if (nb < 1) return;
     int8_t *q = (int8_t *)xq;
     cuk_q8s *s = (cuk_q8s *)(q + cuk_q8_qbytes(m, k));
-    quantize_q8_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, c->stream>>>(x, ldx, k, nb, q, s);
-    CUK_LAUNCHED("quantize_q8");
+    cuk_launch(c, "quantize_q8", quantize_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, x, ldx, k, nb, q, s);
 }
 
 extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
@@ -768,23 +812,36 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
         o.row_end[i] = rows;
     }
     o.n_outs = n_outs;
+    o.n_rows = rows;
     const int8_t *q = (const int8_t *)xq;
     const cuk_q8s *s = (const cuk_q8s *)(q + cuk_q8_qbytes(m, k));
     NM_ASSERT(((uintptr_t)q & 15) == 0);
     const size_t rb = row_size(t, k);
-    const dim3 grid((unsigned)((rows + GQ_WARPS - 1) / GQ_WARPS), (unsigned)m);
     /* widest load that every row start and stage offset keeps aligned */
     uintptr_t al = rb;
     for (int i = 0; i < n_outs; i++) al |= (uintptr_t)outs[i].w;
     const int vec = al % 16 == 0 ? 16 : al % 8 == 0 ? 8 : al % 4 == 0 ? 4 : 2;
     with_qv(t, [&](auto qv) {
-        /* each warp's stage: GQ_STAGE units, whole blocks, a multiple of 16 bytes (vec loads) */
-        const int stage_bytes = GQ_STAGE / qv.UPB * qv.BB;
-        NM_ASSERT(GQ_STAGE % qv.UPB == 0 && stage_bytes % 16 == 0);
-        gemv_q8_kernel<<<grid, GQ_WARPS * 32, (size_t)GQ_WARPS * (size_t)stage_bytes, c->stream>>>(
-            qv, o, rb, 0, NULL, (int)(k / decltype(qv)::UV), q, s, k, 1, vec);
+        using QQ = decltype(qv);
+        /* a stage: whole blocks, a multiple of 16 bytes (vec loads) */
+        int su = GQ_STAGE;
+        if (su / qv.UPB * qv.BB > GQ_STAGE_MAX) su /= 2;
+        const int stage_bytes = su / qv.UPB * qv.BB;
+        NM_ASSERT(su % qv.UPB == 0 && stage_bytes % 16 == 0 && stage_bytes <= GQ_STAGE_MAX);
+        const size_t smem = (size_t)GQ_WARPS * GQ_DEPTH * (size_t)stage_bytes;
+        /* As many warps as fit on the device at once, each given the same number of rows (the
+         * last block's warps may have one fewer), so that no partial wave of blocks trails. */
+        static int per_sm = 0; /* per type: its stage size is fixed */
+        if (!per_sm)
+            CUK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_kernel<QQ>, GQ_WARPS * 32, smem),
+                      "occupancy of the q8 GEMV");
+        const int64_t max_warps = (int64_t)NM_MAX(per_sm, 1) * c->sm_count * GQ_WARPS;
+        const int64_t rows_per_warp = (rows + max_warps - 1) / max_warps;
+        const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
+        const unsigned blocks = (unsigned)((warps + GQ_WARPS - 1) / GQ_WARPS);
+        cuk_launch(c, "gemv_q8", gemv_q8_kernel<QQ>, blocks, GQ_WARPS * 32, smem, qv, o, rb, (int)(k / QQ::UV), su,
+                   stage_bytes, q, s, k, m, vec);
     });
-    CUK_LAUNCHED("gemv_q8");
 }
 
 extern "C" void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k,

@@ -118,6 +118,8 @@ __global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ 
                                   int64_t hdv, int64_t k_row, int64_t v_row, const float *__restrict__ q_norm,
                                   const float *__restrict__ k_norm, float eps, const float *__restrict__ cos_sin,
                                   int64_t n_rot, int neox, KT *kc, KT *vc, int64_t pos0, const int64_t *d_pos) {
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
     const int h = blockIdx.x, i = blockIdx.y;
     const int64_t pos = (d_pos ? *d_pos : pos0) + i;
     const float *cs = cos_sin + pos * n_rot;
@@ -176,6 +178,8 @@ __global__ void __launch_bounds__(ATT_T)
     __shared__ float qs[512];
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
     if (d_pos) pos0 = *d_pos;
     const int h = blockIdx.x, i = blockIdx.y, hk = h / group;
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
@@ -232,24 +236,31 @@ __global__ void __launch_bounds__(ATT_T)
 }
 
 /* rmsnorm_kernel's rows and the q8 of each (n a multiple of 32: each warp's 32 consecutive
- * values are one block). */
+ * values are one block). Block (b, r) writes values [b * NT, (b + 1) * NT) of row r; each block
+ * computes the row's scale itself, as rmsnorm_kernel does (same threads, same order, so the
+ * same bits): a second pass over a row in L2 costs less than one block doing the whole row.
+ * So y must not be x (other blocks are still reading it). */
 __global__ void rmsnorm_q8_kernel(float *y, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *x,
                                   const float *__restrict__ w, int64_t n, float eps) {
-    const float *xr = x + (int64_t)blockIdx.x * n;
-    float *yr = y + (int64_t)blockIdx.x * n;
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
+    const float *xr = x + (int64_t)blockIdx.y * n;
+    float *yr = y + (int64_t)blockIdx.y * n;
     const float scale = row_rms_scale(xr, n, eps);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int64_t i0 = (int64_t)warp * 32; i0 < n; i0 += blockDim.x) {
-        const int64_t i = i0 + lane;
-        const float v = xr[i] * scale * w[i];
-        yr[i] = v;
-        cuk_q8_warp_store(v, q + (int64_t)blockIdx.x * n + i0, qs + ((int64_t)blockIdx.x * n + i0) / 32);
-    }
+    const int64_t i0 = (int64_t)blockIdx.x * blockDim.x + warp * 32;
+    if (i0 >= n) return;
+    const int64_t i = i0 + lane;
+    const float v = xr[i] * scale * w[i];
+    yr[i] = v;
+    cuk_q8_warp_store(v, q + (int64_t)blockIdx.y * n + i0, qs + ((int64_t)blockIdx.y * n + i0) / 32);
 }
 
 /* swiglu over n_blocks blocks of 32 values, one warp each, with their q8. */
 __global__ void swiglu_q8_kernel(float *out, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *gate,
                                  const float *up, int64_t n_blocks) {
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
     const int64_t i = b * 32 + (threadIdx.x & 31);
@@ -474,14 +485,13 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
     const int group = n_head / n_head_kv;
     const int vec8 = head_dim % 8 == 0 && ((uintptr_t)k_cache & 31) == 0;
     if (kv_type == DTYPE_F32)
-        attn_kernel<float><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const float *)k_cache, (const float *)v_cache,
-                                                          k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim,
-                                                          (int)head_dim_v, scale, vec8);
+        cuk_launch(c, "attention", attn_kernel<float>, grid, ATT_T, 0, out, ldo, q, (const float *)k_cache,
+                   (const float *)v_cache, k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim, (int)head_dim_v,
+                   scale, vec8);
     else
-        attn_kernel<__half><<<grid, ATT_T, 0, c->stream>>>(out, ldo, q, (const __half *)k_cache,
-                                                           (const __half *)v_cache, k_row, v_row, pos0, d_pos, n_head,
-                                                           group, (int)head_dim, (int)head_dim_v, scale, vec8);
-    CUK_LAUNCHED("attention");
+        cuk_launch(c, "attention", attn_kernel<__half>, grid, ATT_T, 0, out, ldo, q, (const __half *)k_cache,
+                   (const __half *)v_cache, k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim, (int)head_dim_v,
+                   scale, vec8);
 }
 
 extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
@@ -508,16 +518,15 @@ extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const floa
     const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     if (kv_type == DTYPE_F32)
-        rope_store_kernel<float><<<grid, 128, 0, c->stream>>>(q, k, v, n_head, head_dim, head_dim_v, k_row, v_row,
-                                                              q_norm, k_norm, eps, cos_sin, n_rot, neox,
-                                                              (float *)k_cache, (float *)v_cache, pos0, d_pos);
+        cuk_launch(c, "rope_store", rope_store_kernel<float>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
+                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (float *)k_cache, (float *)v_cache, pos0,
+                   d_pos);
     else {
         NM_ASSERT(kv_type == DTYPE_F16);
-        rope_store_kernel<__half><<<grid, 128, 0, c->stream>>>(q, k, v, n_head, head_dim, head_dim_v, k_row, v_row,
-                                                               q_norm, k_norm, eps, cos_sin, n_rot, neox,
-                                                               (__half *)k_cache, (__half *)v_cache, pos0, d_pos);
+        cuk_launch(c, "rope_store", rope_store_kernel<__half>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
+                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (__half *)k_cache, (__half *)v_cache, pos0,
+                   d_pos);
     }
-    CUK_LAUNCHED("rope_store");
 }
 
 extern "C" void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows,
@@ -527,10 +536,10 @@ extern "C" void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const floa
         cuk_rmsnorm(c, y, x, w, rows, n, eps);
         return;
     }
-    NM_ASSERT(n % 32 == 0);
+    NM_ASSERT(n % 32 == 0 && y != x);
     int8_t *q = (int8_t *)xq;
-    rmsnorm_q8_kernel<<<rows, NT, 0, c->stream>>>(y, q, (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), x, w, n, eps);
-    CUK_LAUNCHED("rmsnorm_q8");
+    cuk_launch(c, "rmsnorm_q8", rmsnorm_q8_kernel, dim3((unsigned)((n + NT - 1) / NT), (unsigned)rows), NT, 0, y, q,
+               (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), x, w, n, eps);
 }
 
 extern "C" void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows,
@@ -543,9 +552,8 @@ extern "C" void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const flo
     const int64_t nb = (int64_t)rows * n / 32;
     if (nb < 1) return;
     int8_t *q = (int8_t *)xq;
-    swiglu_q8_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, c->stream>>>(out, q, (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)),
-                                                                      gate, up, nb);
-    CUK_LAUNCHED("swiglu_q8");
+    cuk_launch(c, "swiglu_q8", swiglu_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, out, q,
+               (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), gate, up, nb);
 }
 
 extern "C" void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids,

@@ -1,10 +1,13 @@
 /* Devices, contexts, memory and copies of the CUDA layer (see cuda_kernels.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuk_internal.h"
 
 extern "C" bool cuk_built_with_cuda(void) { return true; }
+
+extern "C" bool cuk_ctx_overlaps_launches(const struct cuk_ctx *c) { return c->pdl; }
 
 extern "C" int cuk_device_count(char *why, size_t whylen) {
     int n = 0;
@@ -69,6 +72,11 @@ extern "C" struct cuk_ctx *cuk_ctx_init(int dev, char *why, size_t whylen) {
     struct cuk_ctx *c = (struct cuk_ctx *)calloc(1, sizeof *c);
     NM_ASSERT(c);
     c->dev = dev;
+    CUK_CHECK(cudaDeviceGetAttribute(&c->sm_count, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
+    int cc = 0;
+    CUK_CHECK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev), "compute capability");
+    const char *pe = getenv("NM_GPU_PDL");
+    c->pdl = cc >= 9 && !(pe && strcmp(pe, "0") == 0);
     CUK_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating the GPU rank's stream");
     CUBLAS_CHECK(cublasCreate(&c->blas), "cuBLAS initialization; is libcublas the toolkit's version?");
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream), "cuBLAS stream");

@@ -339,9 +339,15 @@ static void test_gemv_q8(krng *r) {
             for (int m = 1; m <= CUK_GEMV_MAX_ROWS; m++) check_gemv_q8(r, t, ks[a], ns[(a + m) % 3], 1 + (a + m) % 3, m);
         printf("gemv_q8 %s: checked (worst normalized error so far %.2e)\n", dtype_get(t)->name, ktest_worst_err);
     }
+    /* more rows than the device holds warps at once, so that each warp takes several rows, each
+     * in two stages (the second one partly filled) */
+    const int64_t big[3] = {20000, 17, 9000};
+    const struct { enum dtype t; int64_t k; } bt[] = {{DTYPE_Q4_0, 4096 + 96}, {DTYPE_Q6_K, 4096 + 512}, {DTYPE_IQ4_XS, 4096 + 512}};
+    for (size_t i = 0; i < NM_ARRAY_LEN(bt); i++) check_gemv_q8(r, bt[i].t, bt[i].k, big, 3, 2);
+    printf("gemv_q8, several rows per warp: checked\n");
     /* the fused producers: rmsnorm_q8 and swiglu_q8 give op_rmsnorm / op_swiglu and the q8 of it */
     const int rows = 3;
-    const int64_t n = 896;
+    const int64_t n = 896; /* 3.5 of rmsnorm_q8's 256-value blocks */
     float *x = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float)), *wt = malloc(n * sizeof(float)),
           *want = malloc(rows * n * sizeof(float)), *got = malloc(rows * n * sizeof(float));
     krng_acts(r, x, rows * n);
@@ -465,7 +471,7 @@ static void check_close(const float *got, const float *want, int64_t n, double t
 
 static void test_elementwise(krng *r) {
     const int rows = 3;
-    const int64_t n = 896;
+    const int64_t n = 896; /* 3.5 of rmsnorm_q8's 256-value blocks */
     float *x = malloc(rows * n * sizeof(float)), *w = malloc(n * sizeof(float)), *want = malloc(rows * n * sizeof(float)),
           *got = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float));
     krng_acts(r, x, rows * n);
