@@ -2,6 +2,7 @@
 #include "base.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,43 @@ void *nm_alloc(size_t bytes, size_t align, const char *what) {
 }
 
 void nm_free(void *p) { free(p); }
+
+struct tbufs {
+    void *p[NM_TBUF_COUNT];
+    size_t cap[NM_TBUF_COUNT];
+};
+static _Thread_local struct tbufs *g_tbufs;
+static pthread_key_t g_tbufs_key;
+static pthread_once_t g_tbufs_once = PTHREAD_ONCE_INIT;
+static void tbufs_free(void *v) {
+    struct tbufs *b = v;
+    for (int i = 0; i < NM_TBUF_COUNT; i++) free(b->p[i]);
+    free(b);
+}
+static void tbufs_key_init(void) {
+    if (pthread_key_create(&g_tbufs_key, tbufs_free) != 0) nm_fatal("pthread_key_create failed for the thread buffers");
+}
+
+void *nm_thread_buf(enum nm_tbuf slot, size_t bytes) {
+    NM_ASSERT(slot >= 0 && slot < NM_TBUF_COUNT);
+    struct tbufs *b = g_tbufs;
+    if (!b) {
+        pthread_once(&g_tbufs_once, tbufs_key_init);
+        b = g_tbufs = calloc(1, sizeof *b);
+        if (!b) nm_fatal("out of memory: the thread buffers' table");
+        pthread_setspecific(g_tbufs_key, b); /* freed when the thread exits */
+    }
+    if (bytes > b->cap[slot]) {
+        /* at least double, so that a slowly growing caller reallocates a few times only */
+        size_t want = bytes > 2 * b->cap[slot] ? bytes : 2 * b->cap[slot];
+        want = (want + 4095) / 4096 * 4096;
+        free(b->p[slot]);
+        b->p[slot] = aligned_alloc(64, want);
+        if (!b->p[slot]) nm_fatal("out of memory: %zu bytes of thread buffer %d", want, (int)slot);
+        b->cap[slot] = want;
+    }
+    return b->p[slot];
+}
 
 uint64_t nm_time_ns(void) {
     struct timespec ts;

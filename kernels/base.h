@@ -47,6 +47,19 @@ const char *nm_strerror_errno(void);
 void *nm_alloc(size_t bytes, size_t align, const char *what);
 void nm_free(void *p);
 
+/* Buffers of the calling thread that live from call to call: 64-byte aligned, at least `bytes`,
+ * grown (never shrunk, never cleared: callers write every byte they read), freed when the thread
+ * exits. A prompt's activation copies are megabytes; a fresh zeroed allocation per call was a
+ * serial memset. One buffer per slot, so that a matmul driver and the kernel it runs (the calling
+ * thread is also the pool's worker 0) never write into each other's. */
+enum nm_tbuf {
+    NM_TBUF_KERNEL,    /* a kernel's own scratch (packed activations, AMX panels) */
+    NM_TBUF_ACT_TILES, /* the matmul driver: activations in tile order */
+    NM_TBUF_ACT_ROWS,  /* the matmul driver: activation rows as f32/bf16 */
+    NM_TBUF_COUNT
+};
+void *nm_thread_buf(enum nm_tbuf slot, size_t bytes);
+
 /* Tier 3, expected failures (bad model file, bad flag, not enough memory): functions return
  * one of these and write a message naming the field, the value and what was allowed into a
  * caller-provided buffer. */

@@ -3,7 +3,6 @@
  * zero-padded to whole 32-column units) and splits the row groups over the pool's threads. A
  * row's output never depends on that split: each kernel computes row r of a group in lane r. */
 #include <limits.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,49 +273,13 @@ static void tiles_worker(void *ctx, int ith, int nth) {
     }
 }
 
-/* A buffer of the calling thread that lives from call to call (grown, never shrunk, never
- * cleared: the callers write every byte they read): the activation copies of a prompt's matmuls
- * are megabytes, and a fresh zeroed allocation per call was a serial memset while the pool
- * waited. Slot 0: the tile-order copy; slot 1: the f32/bf16 rows. */
-struct pk_bufs {
-    uint8_t *p[2];
-    size_t cap[2];
-};
-static _Thread_local struct pk_bufs *g_bufs;
-static pthread_key_t g_bufs_key;
-static pthread_once_t g_bufs_once = PTHREAD_ONCE_INIT;
-static void bufs_free(void *v) {
-    struct pk_bufs *b = v;
-    free(b->p[0]);
-    free(b->p[1]);
-    free(b);
-}
-static void bufs_key_init(void) {
-    if (pthread_key_create(&g_bufs_key, bufs_free) != 0) nm_fatal("pthread_key_create failed for the matmul buffers");
-}
-static uint8_t *pk_buf(int slot, size_t bytes) {
-    if (!g_bufs) {
-        pthread_once(&g_bufs_once, bufs_key_init);
-        g_bufs = calloc(1, sizeof *g_bufs);
-        NM_ASSERT(g_bufs);
-        pthread_setspecific(g_bufs_key, g_bufs); /* freed when the thread exits */
-    }
-    if (bytes > g_bufs->cap[slot]) {
-        free(g_bufs->p[slot]);
-        g_bufs->cap[slot] = (bytes + 4095) / 4096 * 4096;
-        g_bufs->p[slot] = aligned_alloc(64, g_bufs->cap[slot]);
-        if (!g_bufs->p[slot]) nm_fatal("out of memory: %zu bytes of matmul activations", g_bufs->cap[slot]);
-    }
-    return g_bufs->p[slot];
-}
-
-/* The tile-order copy of nb blocks of m q8x rows (into dst, or the thread's slot-0 buffer when
- * dst is NULL); *tstride: bytes between its 16-row tiles. */
+/* The tile-order copy of nb blocks of m q8x rows (into dst, or the thread's NM_TBUF_ACT_TILES
+ * buffer when dst is NULL); *tstride: bytes between its 16-row tiles. */
 static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstride, int m, int64_t nb, size_t *tstride,
                              uint8_t *dst) {
     *tstride = (size_t)nb * PK_ACT_TILE_B;
     struct tiles_job j = {.src = src, .sstride = sstride, .m = m, .nb = nb, .tstride = *tstride};
-    j.dst = dst ? dst : pk_buf(0, (size_t)(m + 15) / 16 * *tstride);
+    j.dst = dst ? dst : nm_thread_buf(NM_TBUF_ACT_TILES, (size_t)(m + 15) / 16 * *tstride);
     if (pool && m > 16) pool_run(pool, tiles_worker, &j);
     else tiles_worker(&j, 0, 1);
     return j.dst;
@@ -372,7 +335,7 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
         if (!bf && kpad == w->k) {
             j.act = (const uint8_t *)x->f32;
         } else {
-            prep = pk_buf(1, (size_t)x->m * (size_t)kpad * esize);
+            prep = nm_thread_buf(NM_TBUF_ACT_ROWS, (size_t)x->m * (size_t)kpad * esize);
             j.src = x->f32, j.k = w->k, j.kpad = kpad, j.dst = prep, j.to_bf16 = bf;
             if (pool && (int64_t)x->m * w->k >= 32 * 1024) pool_run(pool, pk_prep_worker, &j);
             else pk_prep_worker(&j, 0, 1);

@@ -49,7 +49,7 @@ static void amx_cfg_set(struct amx_tilecfg *c, int t, int rows, int colsb) {
     c->colsb[t] = (uint16_t)colsb;
 }
 
-static void *amx_scratch(size_t bytes) { return nm_scratch(bytes); }
+static void *amx_scratch(size_t bytes) { return nm_thread_buf(NM_TBUF_KERNEL, bytes); }
 
 /* ---- int8 tiles --------------------------------------------------------------------------
  * The panel of a row group: per (sub-)block of 32 columns, PANEL_B = 512 bytes of signed codes

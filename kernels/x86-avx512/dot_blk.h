@@ -253,7 +253,7 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
             return;                                                                                \
         }                                                                                          \
         const size_t xps = nm_pack_row_bytes(n);                                                   \
-        uint8_t *xp = nm_scratch(xps);                                                             \
+        uint8_t *xp = nm_thread_buf(NM_TBUF_KERNEL, xps);                                                             \
         nm_pack_act(NM_PACK_NATURAL, x, xs, 1, n, xp, xps);                                        \
         const uint8_t *wb = w;                                                                     \
         const int run = nr / NM_BLK_STREAMS;                                                       \

@@ -1,38 +1,9 @@
-/* Packed activations for the AVX-512 gemm kernels (layout in simd.h) and the per-thread scratch
- * buffer that holds them. */
-#include <pthread.h>
+/* Packed activations for the AVX-512 gemm kernels (layout in simd.h); they live in the calling
+ * thread's NM_TBUF_KERNEL buffer (base.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "simd.h"
-
-/* ---- per-thread scratch ----------------------------------------------------------------- */
-
-static __thread void *g_scratch;
-static __thread size_t g_scratch_bytes;
-static pthread_key_t g_scratch_key;
-static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-
-static void scratch_free(void *p) { free(p); }
-static void scratch_key_init(void) {
-    if (pthread_key_create(&g_scratch_key, scratch_free) != 0)
-        nm_fatal("pthread_key_create failed for the kernel scratch buffer (too many keys?)");
-}
-
-void *nm_scratch(size_t bytes) {
-    if (bytes <= g_scratch_bytes) return g_scratch;
-    pthread_once(&g_scratch_once, scratch_key_init);
-    size_t want = NM_MAX(bytes, g_scratch_bytes * 2);
-    want = (want + 4095) / 4096 * 4096;
-    void *p = aligned_alloc(64, want);
-    if (!p) nm_fatal("out of memory: %zu bytes of kernel scratch", want);
-    free(g_scratch);
-    g_scratch = p;
-    g_scratch_bytes = want;
-    /* the key's destructor frees the buffer when a pool worker exits */
-    pthread_setspecific(g_scratch_key, p);
-    return p;
-}
 
 /* ---- packing ----------------------------------------------------------------------------- */
 

@@ -128,10 +128,6 @@ static inline const float *nm_pack_sh(const uint8_t *row, int64_t nbp) {
 void nm_pack_act(enum nm_pack_order order, const uint8_t *x, size_t xs, int nc, int64_t n,
                  uint8_t *dst, size_t ds);
 
-/* A 64-byte aligned buffer of at least `bytes`, owned by the calling thread and reused by its
- * next call (freed when the thread exits). */
-void *nm_scratch(size_t bytes);
-
 /* Instantiate tile_fn (an NM_INLINE function with the signature
  * (int R, int C, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *y,
  * int64_t ldy)) for one R x C. */
@@ -184,7 +180,7 @@ NM_INLINE void nm_gemm_tiles(const nm_tile_fn *tiles_1, const nm_tile_fn *tiles_
     size_t xps = xs;
     if (pack >= 0) {
         xps = nm_pack_row_bytes(n);
-        uint8_t *buf = nm_scratch(xps * (size_t)nc);
+        uint8_t *buf = nm_thread_buf(NM_TBUF_KERNEL, xps * (size_t)nc);
         nm_pack_act((enum nm_pack_order)pack, xp, xs, nc, n, buf, xps);
         xp = buf;
     }
