@@ -17,14 +17,22 @@ typedef struct {
     uint8_t qs[QK4_NL / 2]; /* 4-bit indices into IQ4NL_VALUES */
 } block_iq4_nl; /* 18 B */
 
-/* Codes of 32 values from 16 index bytes (low nibbles first). The table is a local array, not a
- * BLK_TABLE: nvcc cannot read a __device__ table from the host pass of a __host__ __device__
- * function (warning 20091, an error under NM_WERROR), and 16 bytes cost nothing to build. */
+/* IQ4NL_VALUES packed eight to a word (entry i in byte i % 8 of word i / 8), so that a value is a
+ * shift and a select of two constants, with no table in memory: a table indexed per value is a
+ * local array on the GPU, built on every call (nvcc cannot read one __device__ table from the
+ * host pass of a __host__ __device__ function). test_blocks checks them against IQ4NL_VALUES. */
+#define IQ4NL_LO 0xF6EADDCFBFAD9881ull
+#define IQ4NL_HI 0x7159453526190D01ull
+BLK_HD int iq4nl_value(unsigned idx) {
+    const uint64_t w = idx & 8 ? IQ4NL_HI : IQ4NL_LO;
+    return (int8_t)(uint8_t)(w >> (8 * (idx & 7)));
+}
+
+/* Codes of 32 values from 16 index bytes (low nibbles first). */
 BLK_HD void iq4nl_codes32(const uint8_t *qs, int8_t *q) {
-    const int8_t values[16] = IQ4NL_VALUES;
     for (int l = 0; l < 16; l++) {
-        q[l] = values[qs[l] & 0xF];
-        q[l + 16] = values[qs[l] >> 4];
+        q[l] = (int8_t)iq4nl_value(qs[l] & 0xF);
+        q[l + 16] = (int8_t)iq4nl_value(qs[l] >> 4);
     }
 }
 
