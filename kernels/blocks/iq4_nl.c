@@ -9,14 +9,12 @@
 
 static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl is 18 bytes (ggml)");
 
-static const int8_t g_values[16] = IQ4NL_VALUES;
-
 static void iq4_nl_decode(const void *blk, int j, struct block_sub32 *out) { iq4_nl_decode32(blk, j, out); }
 
 int iq4nl_nearest(float t) {
     int best = 0;
     for (int i = 1; i < 16; i++)
-        if (fabsf(t - (float)g_values[i]) < fabsf(t - (float)g_values[best])) best = i;
+        if (fabsf(t - (float)iq4nl_value((unsigned)i)) < fabsf(t - (float)iq4nl_value((unsigned)best))) best = i;
     return best;
 }
 

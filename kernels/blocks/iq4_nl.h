@@ -1,6 +1,6 @@
 /* IQ4_NL: 32 values in 18 bytes: f16 d, then 16 bytes of 4-bit indices (value i < 16 in the low
  * nibble of qs[i], value i + 16 in its high nibble). An index selects one of 16 fixed non-uniform
- * integers (IQ4NL_VALUES, -127..113); value = d * IQ4NL_VALUES[index].
+ * integers (iq4nl_value, -127..113); value = d * iq4nl_value(index).
  * Source: ggml-common.h block_iq4_nl and kvalues_iq4nl, dequantize_row_iq4_nl
  * (kernels/blocks/FORMATS.md). IQ4_XS (iq4_xs.h) uses the same 16 values. */
 #ifndef NM_BLOCK_IQ4_NL_H
@@ -8,19 +8,19 @@
 
 #include "block.h"
 
-/* kvalues_iq4nl of ggml-common.h (format data): the value of each 4-bit index, ascending. */
-#define IQ4NL_VALUES {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
-
 #define QK4_NL 32
 typedef struct {
     uint16_t d;             /* f16 scale */
-    uint8_t qs[QK4_NL / 2]; /* 4-bit indices into IQ4NL_VALUES */
+    uint8_t qs[QK4_NL / 2]; /* 4-bit indices of iq4nl_value */
 } block_iq4_nl; /* 18 B */
 
-/* IQ4NL_VALUES packed eight to a word (entry i in byte i % 8 of word i / 8), so that a value is a
- * shift and a select of two constants, with no table in memory: a table indexed per value is a
- * local array on the GPU, built on every call (nvcc cannot read one __device__ table from the
- * host pass of a __host__ __device__ function). test_blocks checks them against IQ4NL_VALUES. */
+/* kvalues_iq4nl of ggml-common.h (format data), the value of each 4-bit index, ascending:
+ * -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113. Stored as int8
+ * bytes eight to a word (index i in byte i % 8 of word i / 8), so that a value is a shift and a
+ * select of two constants with no table in memory: a table indexed per value is a local array on
+ * the GPU, built on every call (nvcc cannot read one __device__ table from the host pass of a
+ * __host__ __device__ function). test_blocks decodes every index against the list above, written
+ * out again there. */
 #define IQ4NL_LO 0xF6EADDCFBFAD9881ull
 #define IQ4NL_HI 0x7159453526190D01ull
 BLK_HD int iq4nl_value(unsigned idx) {
@@ -47,7 +47,7 @@ BLK_HD void iq4_nl_decode32(const void *blk, int j, struct block_sub32 *out) {
 }
 
 #ifndef __CUDACC__
-/* The index (0..15) whose IQ4NL_VALUES entry is nearest to t, the lower one on a tie; for the
+/* The index (0..15) whose iq4nl_value is nearest to t, the lower one on a tie; for the
  * quantizers of IQ4_NL and IQ4_XS (iq4_nl.c). */
 int iq4nl_nearest(float t);
 #endif

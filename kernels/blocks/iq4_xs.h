@@ -2,7 +2,7 @@
  * of 32 values, each with a 6-bit scale ls_j = (low nibble of scales_l[j / 2], the high nibble
  * for odd j) | (bits 2j, 2j + 1 of scales_h) << 4, used as ls_j - 32 (-32..31). Sub-block j's
  * 16 index bytes are qs[16j .. 16j + 15], laid out as one IQ4_NL block's (low nibbles give its
- * first 16 values). value = (d * (ls_j - 32)) * IQ4NL_VALUES[index].
+ * first 16 values). value = (d * (ls_j - 32)) * iq4nl_value(index).
  * Source: ggml-common.h block_iq4_xs, dequantize_row_iq4_xs (kernels/blocks/FORMATS.md). */
 #ifndef NM_BLOCK_IQ4_XS_H
 #define NM_BLOCK_IQ4_XS_H
@@ -18,7 +18,7 @@ typedef struct {
     uint16_t d;                  /* f16 scale of the sub-block scales */
     uint16_t scales_h;           /* high 2 bits of sub-block j's scale at bits 2j, 2j + 1 */
     uint8_t scales_l[QK_K / 64]; /* low 4 bits: sub-blocks 2i (low nibble) and 2i + 1 (high) */
-    uint8_t qs[QK_K / 2];        /* 4-bit indices into IQ4NL_VALUES, 16 bytes per sub-block */
+    uint8_t qs[QK_K / 2];        /* 4-bit indices of iq4nl_value, 16 bytes per sub-block */
 } block_iq4_xs; /* 136 B */
 
 /* The 6-bit scale of sub-block j, 0..63 (the format stores it biased by 32). */

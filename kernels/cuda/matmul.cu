@@ -831,7 +831,8 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
         const size_t smem = (size_t)GQ_WARPS * GQ_DEPTH * (size_t)stage_bytes;
         /* As many warps as fit on the device at once, each given the same number of rows (the
          * last block's warps may have one fewer), so that no partial wave of blocks trails. */
-        static int per_sm = 0; /* per type: its stage size is fixed */
+        static int per_sm = 0; /* per type (its stage size is fixed), and per process: a GPU rank
+                                  drives one device, so one kind of device */
         if (!per_sm)
             CUK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_kernel<QQ>, GQ_WARPS * 32, smem),
                       "occupancy of the q8 GEMV");
