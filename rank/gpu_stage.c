@@ -527,14 +527,32 @@ static const float *matmul_input(struct gpu_stage *s, enum dtype t, const float 
     return s->xq;
 }
 
-static void matmul(struct gpu_stage *s, const struct gmat *w, const float *x, int n, float *y) {
-    if (n <= CUK_GEMV_MAX_ROWS && cuk_gemv_q8_supported(w->type)) {
-        cuk_quantize_q8(s->ctx, s->xq8, x, w->k, n, w->k);
-        const struct cuk_gemv_out o = {.w = w->d, .n = w->n, .y = y, .ldy = w->n};
-        cuk_gemv_q8(s->ctx, w->type, w->k, s->xq8, n, &o, 1);
-        return;
+/* y[i] = W_i x for nw weights of one input x [n][k]. Few rows: a GEMV per weight. More: the
+ * input is staged once as the GEMM's f16 operand (rounded as the CPU rounds it for
+ * block-quantized weights) for every weight that reads it the same way. */
+static void matmuls(struct gpu_stage *s, const struct gmat *const *w, float *const *y, int nw, const float *x, int n) {
+    int staged = -1; /* the rounding of the staged input: -1 none yet, 0 as is, 1 q8 */
+    for (int i = 0; i < nw; i++) {
+        const struct gmat *wi = w[i];
+        NM_ASSERT(wi->k == w[0]->k);
+        if (n <= CUK_GEMV_MAX_ROWS && cuk_gemv_q8_supported(wi->type)) {
+            cuk_quantize_q8(s->ctx, s->xq8, x, wi->k, n, wi->k);
+            const struct cuk_gemv_out o = {.w = wi->d, .n = wi->n, .y = y[i], .ldy = wi->n};
+            cuk_gemv_q8(s->ctx, wi->type, wi->k, s->xq8, n, &o, 1);
+        } else if (n <= CUK_GEMV_MAX_ROWS || wi->type == DTYPE_F32) {
+            cuk_matmul(s->ctx, wi->type, wi->d, wi->k, wi->n, matmul_input(s, wi->type, x, (int64_t)n * wi->k), wi->k,
+                       n, y[i], wi->n);
+        } else {
+            const int round = dtype_uses_q8x(wi->type);
+            if (staged != round) cuk_gemm_input(s->ctx, x, wi->k, n, wi->k, round);
+            staged = round;
+            cuk_gemm_staged(s->ctx, wi->type, wi->d, wi->k, wi->n, n, y[i], wi->n);
+        }
     }
-    cuk_matmul(s->ctx, w->type, w->d, w->k, w->n, matmul_input(s, w->type, x, (int64_t)n * w->k), w->k, n, y, w->n);
+}
+
+static void matmul(struct gpu_stage *s, const struct gmat *w, const float *x, int n, float *y) {
+    matmuls(s, &w, &y, 1, x, n);
 }
 
 static void add_bias(struct gpu_stage *s, float *y, const float *b, int n, int64_t dim) {
@@ -551,9 +569,11 @@ static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t
     const struct model_config *c = &s->cfg;
     const int64_t qd = c->n_head * c->head_dim, kd = s->k_row, vd = s->v_row;
     const int neox = c->rope_type == ROPE_TYPE_NEOX;
-    matmul(s, &L->wq, s->xn, n, s->q);
-    matmul(s, &L->wk, s->xn, n, s->k);
-    matmul(s, &L->wv, s->xn, n, s->v);
+    {
+        const struct gmat *w[3] = {&L->wq, &L->wk, &L->wv};
+        float *y[3] = {s->q, s->k, s->v};
+        matmuls(s, w, y, 3, s->xn, n);
+    }
     add_bias(s, s->q, L->bq, n, qd);
     add_bias(s, s->k, L->bk, n, kd);
     add_bias(s, s->v, L->bv, n, vd);
@@ -573,8 +593,11 @@ static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t
 /* x += ffn_down(silu(ffn_gate(xn)) * ffn_up(xn)); xn holds ffn_norm(x). */
 static void ffn_dense(struct gpu_stage *s, const struct glayer *L, int n) {
     const struct model_config *c = &s->cfg;
-    matmul(s, &L->w_gate, s->xn, n, s->gate);
-    matmul(s, &L->w_up, s->xn, n, s->up);
+    {
+        const struct gmat *w[2] = {&L->w_gate, &L->w_up};
+        float *y[2] = {s->gate, s->up};
+        matmuls(s, w, y, 2, s->xn, n);
+    }
     cuk_swiglu(s->ctx, s->gate, s->gate, s->up, (int64_t)n * c->n_ff);
     matmul(s, &L->w_down, s->gate, n, s->proj);
     cuk_add(s->ctx, s->x, s->proj, (int64_t)n * c->n_embd);

@@ -106,6 +106,15 @@ void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t
 void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
               int m, float *y, int64_t ldy);
 
+/* cuk_gemm in two steps, for several weights multiplied with one input: cuk_gemm_input stages x
+ * [m][ldx] (k values per row, m <= the reserved max_rows) as the GEMM's f16 operand, first
+ * rounded as cuk_act_round_q8 rounds it when round_q8 (k a multiple of 32), in one kernel;
+ * each cuk_gemm_staged after it multiplies a weight of k-value rows (not F32) with that operand
+ * (m rows, y [m][ldy]). */
+void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, int m, int64_t k, bool round_q8);
+void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
+                     int64_t ldy);
+
 /* Expert matmul (MoE, ggml's mul_mat_id): for each pair p < n_pairs, with e = ids[p] (device
  * int32), y[p][0..n) = W_e x[p / x_div], where W_e is the e-th [n x k] matrix of w, starting
  * e * expert_bytes into it. x is [..][ldx], y is [n_pairs][ldy]. */
@@ -212,6 +221,12 @@ void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type, const floa
 void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                    const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
                    int64_t head_dim, int64_t head_dim_v, float scale);
+/* Whether cuk_attention runs m rows of these shapes on tensor cores (a prompt chunk of at least 8
+ * rows over an F16 cache, head_dim = head_dim_v of 64 or 128, on sm_80 and up). Its products
+ * keep f32 accuracy (Q and the softmax numerators split into two f16 parts each), but its sums
+ * run in another order: such rows agree with the kernel of single rows (and cuk_attention_at)
+ * to f32 rounding, not to the bit. */
+bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type, int m, int64_t head_dim, int64_t head_dim_v);
 
 /* MoE routing for m rows of router logits [m][n_expert]: softmax, the n_used largest
  * probabilities (ties: the lower expert id), their weights renormalized to sum 1. ids and w

@@ -14,6 +14,7 @@
 #define NM_CUK_BLOCKS_CUH
 
 #include <stdint.h>
+#include <string.h>
 
 #include "blocks/blocks_all.h"
 #include "cuk_internal.h" /* struct cuk_q8s */
@@ -79,8 +80,8 @@ CUK_UNROLL
         int sq[2] = {0, 0};
 CUK_UNROLL
         for (int i = 0; i < 8; i++) {
-            const int w = (int)((uint32_t)(uint8_t)s.q[4 * i] | (uint32_t)(uint8_t)s.q[4 * i + 1] << 8 |
-                                (uint32_t)(uint8_t)s.q[4 * i + 2] << 16 | (uint32_t)(uint8_t)s.q[4 * i + 3] << 24);
+            int w; /* 4 codes as one word (little-endian, as dp4a reads them): no byte repacking */
+            memcpy(&w, s.q + 4 * i, 4);
             sq[i / 4] = cuk_dp4a(w, av[i], sq[i / 4]);
         }
         int t0 = cuk_dp4a(0x01010101, a0.x, 0);

@@ -38,6 +38,7 @@ struct cuk_ctx {
     int dev;
     int sm_count; /* multiprocessors: grids sized to fill the device once */
     bool pdl;     /* cuk_launch lets kernels overlap (sm_90 and not NM_GPU_PDL=0) */
+    bool mma;     /* the device has f16 tensor-core instructions (mma.sync m16n8k16: sm_80 and up) */
     cudaStream_t stream;
     cublasHandle_t blas;
     /* GEMM scratch (cuk_ctx_reserve_gemm). */

@@ -611,22 +611,34 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 
-/* dst[r][0..k) = f16 of rows r < n_rows, one unit per thread. */
+/* dst[r][0..k) = f16 of rows r < n_rows: block (r, s) decodes units [s DQ_UNITS, (s + 1)
+ * DQ_UNITS) of row r, one per thread, into shared memory (each unit's groups of 4 values land
+ * where they belong), then writes that stretch of the row out in 16-byte stores, so that a
+ * warp's stores are 512 contiguous bytes. A stretch of whole units is a stretch of whole blocks
+ * of every type (DQ_UNITS is a multiple of each type's units per block), and so of whole values. */
+constexpr int DQ_UNITS = 256;
 template <class Q>
-__global__ void dequant_f16_kernel(const Q q, const uint8_t *__restrict__ w, size_t row_bytes, int units, int64_t k,
-                                   int n_rows, __half *__restrict__ dst) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)n_rows * units) return;
-    const int row = (int)(idx / units), u = (int)(idx % units);
-    float v[Q::UV];
-    int pos[Q::G];
-    q.load(w + (size_t)row * row_bytes, u, v, pos);
-    __half *d = dst + (int64_t)row * k;
+__global__ void __launch_bounds__(DQ_UNITS)
+    dequant_f16_kernel(const Q q, const uint8_t *__restrict__ w, size_t row_bytes, int units, int64_t k,
+                       __half *__restrict__ dst) {
+    __shared__ __align__(16) __half seg[DQ_UNITS * Q::UV];
+    const int64_t row = blockIdx.x;
+    const int u0 = blockIdx.y * DQ_UNITS, u = u0 + threadIdx.x;
+    const int v0 = u0 * Q::UV; /* the stretch's first value */
+    if (u < units) {
+        float v[Q::UV];
+        int pos[Q::G];
+        q.load(w + (size_t)row * row_bytes, u, v, pos);
 #pragma unroll
-    for (int g = 0; g < Q::G; g++) {
-        *(__half2 *)(d + pos[g]) = __floats2half2_rn(v[4 * g], v[4 * g + 1]);
-        *(__half2 *)(d + pos[g] + 2) = __floats2half2_rn(v[4 * g + 2], v[4 * g + 3]);
+        for (int g = 0; g < Q::G; g++) {
+            const __half2 a = __floats2half2_rn(v[4 * g], v[4 * g + 1]), b = __floats2half2_rn(v[4 * g + 2], v[4 * g + 3]);
+            *(uint2 *)(seg + pos[g] - v0) = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+        }
     }
+    __syncthreads();
+    const int n = NM_MIN(units - u0, DQ_UNITS) * Q::UV; /* values in the stretch, a multiple of 8 */
+    __half *d = dst + row * k + v0;
+    for (int i = threadIdx.x * 8; i < n; i += DQ_UNITS * 8) *(uint4 *)(d + i) = *(const uint4 *)(seg + i);
 }
 
 __global__ void dequant_f16_scalar_kernel(enum dtype t, const uint8_t *__restrict__ w, size_t row_bytes, int64_t k,
@@ -637,11 +649,20 @@ __global__ void dequant_f16_scalar_kernel(enum dtype t, const uint8_t *__restric
     dst[idx] = __float2half_rn(f_elem(t, w + (size_t)row * row_bytes, i));
 }
 
-__global__ void f32_to_f16_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int m, __half *__restrict__ y) {
+/* y = f16 of x [..][ldx] (k values per row, total values), rounded first as
+ * cuk_act_round_q8 when round_q8: then k and total are multiples of 32 and each warp's 32
+ * consecutive values are one q8 block of a row. */
+__global__ void act_f16_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int64_t total, bool round_q8,
+                               __half *__restrict__ y) {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)m * k) return;
+    if (idx >= total) return; /* whole warps when round_q8 */
     const int64_t r = idx / k, i = idx % k;
-    y[idx] = __float2half_rn(x[r * ldx + i]);
+    float v = x[r * ldx + i];
+    if (round_q8) {
+        float d;
+        v = cuk_q8_warp_quant(v, &d) * d;
+    }
+    y[idx] = __float2half_rn(v);
 }
 
 int type_units(enum dtype t, int64_t k, bool *vec) {
@@ -714,11 +735,11 @@ void dequant_launch(struct cuk_ctx *c, enum dtype t, const uint8_t *w, int64_t k
     bool vec;
     const int units = type_units(t, k, &vec);
     const size_t rb = row_size(t, k);
-    const bool use_vec = vec && (!is_float_type(t) || (rb % 16 == 0 && ((uintptr_t)w & 15) == 0)) && k % 4 == 0;
+    const bool use_vec = vec && (!is_float_type(t) || (rb % 16 == 0 && ((uintptr_t)w & 15) == 0)) && k % 8 == 0 &&
+                         ((uintptr_t)dst & 15) == 0;
     if (use_vec) {
-        const int64_t total = (int64_t)n_rows * units;
-        const unsigned blocks = (unsigned)((total + 255) / 256);
-        with_qt(t, [&](auto q) { dequant_f16_kernel<<<blocks, 256, 0, c->stream>>>(q, w, rb, units, k, n_rows, dst); });
+        const dim3 grid((unsigned)n_rows, (unsigned)((units + DQ_UNITS - 1) / DQ_UNITS));
+        with_qt(t, [&](auto q) { dequant_f16_kernel<<<grid, DQ_UNITS, 0, c->stream>>>(q, w, rb, units, k, dst); });
     } else {
         const int64_t total = (int64_t)n_rows * k;
         dequant_f16_scalar_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(t, w, rb, k, n_rows, dst);
@@ -735,19 +756,17 @@ extern "C" void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t
     gemv_launch(c, t, w, 0, NULL, k, n, x, ldx, 1, m, y, ldy);
 }
 
-extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
-                         int64_t ldx, int m, float *y, int64_t ldy) {
-    NM_ASSERT(m >= 1 && m <= c->max_rows && k <= c->max_k);
-    const float one = 1.0f, zero = 0.0f;
-    if (t == DTYPE_F32) {
-        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k, &one, (const float *)w, (int)k, x,
-                                 (int)ldx, &zero, y, (int)ldy),
-                     "f32 GEMM of the prompt path");
-        return;
-    }
+extern "C" void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, int m, int64_t k, bool round_q8) {
+    NM_ASSERT(m >= 1 && m <= c->max_rows && k <= c->max_k && (!round_q8 || k % 32 == 0));
     const int64_t total = (int64_t)m * k;
-    f32_to_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(x, ldx, k, m, c->act16);
-    CUK_LAUNCHED("f32 to f16");
+    act_f16_kernel<<<(unsigned)((total + 255) / 256), 256, 0, c->stream>>>(x, ldx, k, total, round_q8, c->act16);
+    CUK_LAUNCHED("matmul input to f16");
+}
+
+extern "C" void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
+                                int64_t ldy) {
+    NM_ASSERT(t != DTYPE_F32 && m >= 1 && m <= c->max_rows && k <= c->max_k);
+    const float one = 1.0f, zero = 0.0f;
     int64_t rows_per_tile = (int64_t)(c->tile_bytes / ((size_t)k * sizeof(__half)));
     if (rows_per_tile > 64) rows_per_tile -= rows_per_tile % 64;
     NM_ASSERT(rows_per_tile >= 1);
@@ -760,6 +779,20 @@ extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t
                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                      "f16 GEMM of the prompt path");
     }
+}
+
+extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
+                         int64_t ldx, int m, float *y, int64_t ldy) {
+    NM_ASSERT(m >= 1 && m <= c->max_rows && k <= c->max_k);
+    if (t == DTYPE_F32) {
+        const float one = 1.0f, zero = 0.0f;
+        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k, &one, (const float *)w, (int)k, x,
+                                 (int)ldx, &zero, y, (int)ldy),
+                     "f32 GEMM of the prompt path");
+        return;
+    }
+    cuk_gemm_input(c, x, ldx, m, k, false);
+    cuk_gemm_staged(c, t, w, k, n, m, y, ldy);
 }
 
 extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,

@@ -235,6 +235,184 @@ __global__ void __launch_bounds__(ATT_T)
     }
 }
 
+/* ---- prompt attention on tensor cores ------------------------------------------------------
+ * Rows of a prompt chunk (m >= ATT_MMA_MIN_ROWS, F16 cache, head_dim = head_dim_v of 64 or 128)
+ * run a flash-attention kernel on mma.sync m16n8k16 (f16 inputs, f32 accumulation): a block
+ * takes FA_ROWS consecutive query rows of one head, each warp 16 of them; the block walks the
+ * KV positions its last row sees in tiles of FA_KEYS, loading each K and V tile once into shared
+ * memory for its 4 warps. Per tile a warp forms S = Q K^T, masks the positions after each row's
+ * own, updates each row's running max and sum (exp2 of scaled scores, f32) and adds P V.
+ * K and V are f16 in the cache already; Q and P are f32, and each is split into two f16 parts
+ * (hi = f16(x), lo = f16(x - hi): 22 of f32's 24 bits), each product taken twice, so the kernel
+ * keeps f32 accuracy (a lone f16 Q errs by 2^-11 of each score, which large scores turn into a
+ * visible change of the softmax). Rows alone (decode) run attn_kernel; the two agree to f32
+ * rounding, not to the bit (forward.h's caveat on prompt and decode rows). */
+constexpr int FA_WARPS = 4, FA_ROWS = 16 * FA_WARPS, ATT_MMA_MIN_ROWS = 8;
+
+__device__ __forceinline__ uint32_t fa_pack(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b); /* a in the low half: the lower k index */
+    return *(const uint32_t *)&h;
+}
+/* hi = the f16 pair of (a, b), lo = the f16 pair of what hi leaves out */
+__device__ __forceinline__ void fa_split(float a, float b, uint32_t *hi, uint32_t *lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    *hi = *(const uint32_t *)&h;
+    *lo = fa_pack(a - f.x, b - f.y);
+}
+__device__ __forceinline__ uint32_t fa_pack(__half a, __half b) {
+    const __half2 h = __halves2half2(a, b);
+    return *(const uint32_t *)&h;
+}
+
+/* d += A B for a 16x16 f16 A (row-major fragment a[4]) and a 16x8 f16 B (b0: k rows 2t, 2t+1 of
+ * column g; b1: k rows 2t+8, 2t+9), lane = 4g + t; d[0..1]: row g, columns 2t, 2t+1; d[2..3]:
+ * row g + 8. */
+__device__ __forceinline__ void fa_mma(float *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap(); /* attention_launch only picks this kernel for code built for sm_80 and up */
+#endif
+}
+
+template <int HD, int FA_KEYS = HD == 128 ? 32 : 64> /* positions per tile (registers: S is FA_KEYS / 2 per lane) */
+__global__ void __launch_bounds__(FA_WARPS * 32)
+    attn_mma_kernel(float *out, int64_t ldo, const float *__restrict__ q, const __half *__restrict__ kc,
+                    const __half *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, int m, int n_head,
+                    int group, float scale) {
+    constexpr int LD = HD + 8; /* padded rows: the fragment loads below hit 32 distinct banks */
+    __shared__ __align__(16) __half ks[FA_KEYS * LD], vs[FA_KEYS * LD];
+    cuk_grid_release();
+    cuk_grid_wait(); /* launched with cuk_launch */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int h = blockIdx.x, hk = h / group;
+    const int yb = gridDim.y - 1 - blockIdx.y; /* the longest rows first: they finish last */
+    const int i0 = yb * FA_ROWS + warp * 16;   /* this warp's rows i0 .. i0 + 15 */
+    const int64_t kv_end = pos0 + NM_MIN(yb * FA_ROWS + FA_ROWS, m); /* positions the block reads */
+    const int64_t warp_end = pos0 + NM_MIN(i0 + 16, m);             /* and this warp */
+
+    uint32_t qh[HD / 16][4], ql[HD / 16][4]; /* Q rows i0 + g and i0 + g + 8 as A fragments */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = i0 + g + 8 * r;
+        const float *qr = q + ((int64_t)i * n_head + h) * HD + 2 * t;
+#pragma unroll
+        for (int s = 0; s < HD / 16; s++) {
+            const float2 a = i < m ? *(const float2 *)(qr + 16 * s) : make_float2(0.f, 0.f);
+            const float2 b = i < m ? *(const float2 *)(qr + 16 * s + 8) : make_float2(0.f, 0.f);
+            fa_split(a.x, a.y, &qh[s][r], &ql[s][r]);
+            fa_split(b.x, b.y, &qh[s][2 + r], &ql[s][2 + r]);
+        }
+    }
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    const float sl = scale * 1.4426950408889634f; /* scores in log2 units: exp2 below */
+
+    for (int64_t t0 = 0; t0 < kv_end; t0 += FA_KEYS) {
+        __syncthreads(); /* the previous tile's reads are done */
+        for (int c = threadIdx.x; c < FA_KEYS * (HD / 8); c += FA_WARPS * 32) {
+            const int r = c / (HD / 8), cc = c % (HD / 8);
+            const int64_t pos = t0 + r;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = kv; /* zeros past the end: 0 * P stays 0 */
+            if (pos < kv_end) {
+                kv = *(const uint4 *)(kc + pos * k_row + (int64_t)hk * HD + cc * 8);
+                vv = *(const uint4 *)(vc + pos * v_row + (int64_t)hk * HD + cc * 8);
+            }
+            *(uint4 *)(ks + r * LD + cc * 8) = kv;
+            *(uint4 *)(vs + r * LD + cc * 8) = vv;
+        }
+        __syncthreads();
+        if (t0 >= warp_end) continue; /* none of this tile is visible to this warp's rows */
+
+        float s[FA_KEYS / 8][4]; /* S for keys t0 + 8n + 2t (+1), rows g and g + 8 */
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            const __half *kr = ks + (8 * n + g) * LD + 2 * t;
+#pragma unroll
+            for (int k = 0; k < HD / 16; k++) {
+                const uint32_t b0 = *(const uint32_t *)(kr + 16 * k), b1 = *(const uint32_t *)(kr + 16 * k + 8);
+                fa_mma(s[n], ql[k], b0, b1);
+                fa_mma(s[n], qh[k], b0, b1);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = i0 + g + 8 * r;
+            const int64_t last = i < m ? pos0 + i : -1; /* the last position row i sees */
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t key = t0 + 8 * n + 2 * t + e;
+                    const float v = key <= last ? s[n][2 * r + e] * sl : -INFINITY;
+                    s[n][2 * r + e] = v;
+                    tmax = fmaxf(tmax, v);
+                }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            const float mnew = fmaxf(mx[r], tmax);
+            const float mref = mnew == -INFINITY ? 0.f : mnew; /* a row that sees nothing yet */
+            const float corr = exp2f(mx[r] - mref);
+            mx[r] = mnew;
+            float sum = 0.f;
+#pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float p = exp2f(s[n][2 * r + e] - mref);
+                    s[n][2 * r + e] = p;
+                    sum += p;
+                }
+            l[r] = l[r] * corr + sum; /* this lane's share; the quad's lanes are summed at the end */
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                o[n][2 * r] *= corr;
+                o[n][2 * r + 1] *= corr;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < FA_KEYS / 16; k++) {
+            /* S's accumulator layout of key blocks 2k and 2k + 1 is P's A fragment */
+            uint32_t ph[4], pl[4];
+            fa_split(s[2 * k][0], s[2 * k][1], &ph[0], &pl[0]);
+            fa_split(s[2 * k][2], s[2 * k][3], &ph[1], &pl[1]);
+            fa_split(s[2 * k + 1][0], s[2 * k + 1][1], &ph[2], &pl[2]);
+            fa_split(s[2 * k + 1][2], s[2 * k + 1][3], &ph[3], &pl[3]);
+            const __half *vr = vs + (16 * k + 2 * t) * LD + g;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                const __half *v = vr + 8 * n;
+                const uint32_t b0 = fa_pack(v[0], v[LD]), b1 = fa_pack(v[8 * LD], v[9 * LD]);
+                fa_mma(o[n], pl, b0, b1);
+                fa_mma(o[n], ph, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        const int i = i0 + g + 8 * r;
+        if (i >= m) continue;
+        const float inv = 1.0f / lr;
+        float *orow = out + (int64_t)i * ldo + (int64_t)h * HD + 2 * t;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            orow[8 * n] = o[n][2 * r] * inv;
+            orow[8 * n + 1] = o[n][2 * r + 1] * inv;
+        }
+    }
+}
+
 /* rmsnorm_kernel's rows and the q8 of each (n a multiple of 32: each warp's 32 consecutive
  * values are one block). Block (b, r) writes values [b * NT, (b + 1) * NT) of row r; each block
  * computes the row's scale itself, as rmsnorm_kernel does (same threads, same order, so the
@@ -475,14 +653,36 @@ extern "C" void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type,
     CUK_LAUNCHED("kv_store");
 }
 
+extern "C" bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type, int m, int64_t head_dim,
+                                           int64_t head_dim_v) {
+    /* the device has the instructions and this build holds code for them (a build for an older
+     * architecture JIT-compiles its PTX without them) */
+    static int built = -1; /* the architecture the kernel was built for, per process */
+    if (built < 0) {
+        cudaFuncAttributes fa;
+        CUK_CHECK(cudaFuncGetAttributes(&fa, attn_mma_kernel<128>), "attributes of the attention kernel");
+        built = NM_MIN(fa.binaryVersion, fa.ptxVersion);
+    }
+    return c->mma && built >= 80 && m >= ATT_MMA_MIN_ROWS && kv_type == DTYPE_F16 && head_dim == head_dim_v &&
+           (head_dim == 64 || head_dim == 128);
+}
+
 static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                              const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *d_pos,
                              int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
     NM_ASSERT(head_dim <= 512 && head_dim_v <= 2 * ATT_T && n_head % n_head_kv == 0);
     if (m < 1) return;
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
-    const dim3 grid((unsigned)n_head, (unsigned)m);
     const int group = n_head / n_head_kv;
+    if (!d_pos && cuk_attention_tensor_cores(c, kv_type, m, head_dim, head_dim_v)) {
+        NM_ASSERT(((uintptr_t)k_cache & 15) == 0 && ((uintptr_t)v_cache & 15) == 0 && ((uintptr_t)q & 7) == 0);
+        const dim3 fgrid((unsigned)n_head, (unsigned)((m + FA_ROWS - 1) / FA_ROWS));
+        auto kern = head_dim == 64 ? attn_mma_kernel<64> : attn_mma_kernel<128>;
+        cuk_launch(c, "attention (tensor cores)", kern, fgrid, FA_WARPS * 32, 0, out, ldo, q, (const __half *)k_cache,
+                   (const __half *)v_cache, k_row, v_row, pos0, m, n_head, group, scale);
+        return;
+    }
+    const dim3 grid((unsigned)n_head, (unsigned)m);
     const int vec8 = head_dim % 8 == 0 && ((uintptr_t)k_cache & 31) == 0;
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "attention", attn_kernel<float>, grid, ATT_T, 0, out, ldo, q, (const float *)k_cache,

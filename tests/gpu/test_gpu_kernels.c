@@ -575,6 +575,10 @@ static void test_attention(krng *r) {
     struct { int n_head, n_head_kv; int64_t hd, hdv; int m; int64_t pos0; enum dtype kv; } cases[] = {
         {4, 2, 64, 64, 1, 0, DTYPE_F16},   {6, 2, 64, 64, 5, 300, DTYPE_F16}, {6, 2, 128, 128, 3, 520, DTYPE_F32},
         {2, 1, 80, 96, 9, 7, DTYPE_F32},   {8, 8, 256, 256, 2, 40, DTYPE_F16}, {14, 2, 64, 64, 16, 0, DTYPE_F16},
+        /* prompt chunks (tensor cores where the device has them): rows across several blocks of
+         * 64 and warps of 16 with a partial last one, positions across several tiles of 64 */
+        {8, 2, 128, 128, 100, 37, DTYPE_F16}, {14, 2, 64, 64, 70, 0, DTYPE_F16}, {4, 4, 128, 128, 9, 200, DTYPE_F16},
+        {32, 8, 128, 128, 130, 0, DTYPE_F16},
     };
     for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++) {
         const int nh = cases[ci].n_head, nkv = cases[ci].n_head_kv, m = cases[ci].m;
@@ -606,9 +610,22 @@ static void test_attention(krng *r) {
         char what[128];
         snprintf(what, sizeof what, "attention heads=%d/%d head_dim=%lld/%lld rows=%d pos0=%lld %s", nh, nkv,
                  (long long)hd, (long long)hdv, m, (long long)pos0, cases[ci].kv == DTYPE_F16 ? "f16" : "f32");
-        check_close(got, want, m * ldo, 2e-5, what);
-        /* the same with the position in device memory (the decode graph's form): identical */
-        {
+        /* f32 accuracy either way (the tensor-core kernel splits Q and P into two f16 parts);
+         * the sums run in other orders than the reference's over up to 330 positions */
+        const bool tc = cuk_attention_tensor_cores(g_ctx, cases[ci].kv, m, hd, hdv);
+        if (tc) strcat(what, " tensor cores");
+        check_close(got, want, m * ldo, 5e-5, what);
+        /* the same with the position in device memory (the decode graph's form, always the f32
+         * kernel): identical, or for tensor-core rows as close to the reference as the f32 kernel */
+        if (tc) {
+            int64_t *dpos = dev_from(&pos0, sizeof pos0);
+            float *got2 = malloc(m * ldo * sizeof(float));
+            cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, dpos, nh, nkv, hd, hdv, scale);
+            to_host(got2, dout, m * ldo * sizeof(float));
+            check_close(got2, want, m * ldo, 5e-5, what);
+            free(got2);
+            cuk_free(dpos);
+        } else {
             int64_t *dpos = dev_from(&pos0, sizeof pos0);
             float *got2 = malloc(m * ldo * sizeof(float));
             cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, dpos, nh, nkv, hd, hdv, scale);

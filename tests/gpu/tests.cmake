@@ -38,12 +38,15 @@ foreach(preset ${NM_GPU_PRESETS})
   foreach(type ${types})
     add_test(NAME gpu_stage_${preset}_${type}
              COMMAND test_gpu_stage ${preset} ${type} ${CMAKE_CURRENT_BINARY_DIR}/gpu_models)
-    set_tests_properties(gpu_stage_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+    set_tests_properties(gpu_stage_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                         RESOURCE_LOCK gpu_model_${preset}_${type})
   endforeach()
 endforeach()
 add_test(NAME gpu_stage_long_prompt
          COMMAND test_gpu_stage tiny-llama q4_0 ${CMAKE_CURRENT_BINARY_DIR}/gpu_models --long)
-set_tests_properties(gpu_stage_long_prompt PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+# (the RESOURCE_LOCKs: the long tests write the same model file as the short one of their type)
+set_tests_properties(gpu_stage_long_prompt PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                     RESOURCE_LOCK gpu_model_tiny-llama_q4_0)
 
 # Figures, not a test (tests/bench/RESULTS.md): bench_gpu layers | stage PRESET TYPE DIR.
 add_executable(bench_gpu ${NM_GTEST_DIR}/bench_gpu.c)
@@ -51,10 +54,11 @@ target_link_libraries(bench_gpu PRIVATE nm_rank)
 target_include_directories(bench_gpu PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
 # The MoE path on a long prompt, in f32 so that the CPU and GPU routers see the same logits (with
 # quantized weights a near-tie between the 2nd and 3rd expert can pick different experts for a
-# row on the two sides, which is not a bug). Added after the last device run: not yet run there.
+# row on the two sides, which is not a bug).
 add_test(NAME gpu_stage_long_prompt_moe
          COMMAND test_gpu_stage tiny-qwen3moe f32 ${CMAKE_CURRENT_BINARY_DIR}/gpu_models --long)
-set_tests_properties(gpu_stage_long_prompt_moe PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+set_tests_properties(gpu_stage_long_prompt_moe PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                     RESOURCE_LOCK gpu_model_tiny-qwen3moe_f32)
 
 # The CPU + GPU split end to end (numallm run -ngl, in-process and with the GPU rank under mpirun)
 # against the CPU alone: same greedy tokens, logits within tolerance, no weight moved after load.
