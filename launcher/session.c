@@ -178,7 +178,7 @@ enum nm_status session_engine(struct session *s, const struct session_opts *o, i
     coll_set_timeout(s->coll, 600); /* the other ranks wait while rank 0's stage uploads its weights */
     if (s->m->head_remote && s->rank == 0) {
         const struct gpu_stage_params gp = {.device = 0, .layer_first = s->m->n_layer_local, .n_ctx = n_ctx,
-                                            .n_batch = o->n_batch, .kv_type = o->kv_type};
+                                            .n_batch = o->n_batch, .kv_type = o->kv_type, .n_seq = o->n_seq};
         if (s->world) {
             st = pipeline_remote_open(&ep.stage, s->world, o->launch.gpu_rank, &gp, &s->m->cfg, err, errlen);
         } else {

@@ -219,9 +219,6 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
                        n_seq, (long long)n_ctx, (long long)NM_MIN(n_ctx, 4096));
     if (m->head_remote && sh->rank == 0 && !p->stage.ops)
         return nm_errf(err, errlen, NM_ERR_ARGS, "the model's last layers belong to a GPU stage, but none was given");
-    if (m->head_remote && n_seq > 1)
-        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "the GPU stage (-ngl) holds one sequence; %d were asked for "
-                       "(use -np 1, or -ngl 0)", n_seq);
     struct engine *e = calloc(1, sizeof *e);
     NM_ASSERT(e);
     e->stage = p->stage;
@@ -341,7 +338,8 @@ void engine_free(struct engine *e) {
 #define ENGINE_STAGE_MAX_K 1024
 
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp) {
-    return e->m->head_remote && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
+    /* the stage keeps the last row's logits: one sequence's next token */
+    return e->m->head_remote && e->n_seq == 1 && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
 }
 
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local) {
@@ -370,7 +368,7 @@ int64_t engine_seq_pos(const struct engine *e, int seq) {
 void engine_seq_keep(struct engine *e, int seq, int64_t n) {
     NM_ASSERT(seq >= 0 && seq < e->n_seq && n >= 0 && n <= e->seq_pos[seq]);
     e->seq_pos[seq] = n; /* the cells after n are rewritten before any row reads them */
-    if (e->stage.ops) e->stage.ops->truncate(e->stage.ctx, n); /* one sequence with a stage */
+    if (e->stage.ops) e->stage.ops->keep(e->stage.ctx, seq, n);
 }
 void engine_seq_clear(struct engine *e, int seq) { engine_seq_keep(e, seq, 0); }
 int64_t engine_n_past(const struct engine *e) { return engine_seq_pos(e, 0); }
@@ -797,13 +795,10 @@ static void eval_batch(struct engine *e, float *logits) {
     }
 
     if (m->head_remote) { /* the GPU rank's layers and head; rank 0 alone talks to it */
-        /* One sequence (engine_init), logits for every row or the last only (engine_eval_batch). */
-        const bool all = b->logits[0];
+        const struct stage_batch sb = {.n = n, .hidden = e->x, .seq = b->seq, .pos = b->pos, .logits = b->logits};
         char err[512];
         const uint64_t t0 = phase_begin();
-        if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, e->x, n, b->pos[0], all, b->logits[n - 1] ? logits : NULL,
-                                               err, sizeof err))
-            nm_fatal("%s", err);
+        if (e->stage.ops && e->stage.ops->eval(e->stage.ctx, &sb, logits, err, sizeof err)) nm_fatal("%s", err);
         phase_end(e, ENGINE_PH_STAGE, t0);
         return;
     }
@@ -859,9 +854,6 @@ static enum nm_status batch_check(struct engine *e, const struct engine_batch *b
     if (st) return st;
     if (n_out > 0 && !logits && !e->m->head_remote) /* the stage may keep them (engine_sample) */
         return nm_errf(err, errlen, NM_ERR_ARGS, "%d rows ask for logits but no buffer was given", n_out);
-    if (e->m->head_remote && n_out != 0 && n_out != b->n && !(n_out == 1 && b->logits[b->n - 1]))
-        return nm_errf(err, errlen, NM_ERR_UNSUPPORTED, "with the GPU stage (-ngl) a batch asks for the logits of "
-                       "every row or of the last only");
     return NM_OK;
 }
 

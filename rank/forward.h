@@ -75,8 +75,8 @@ struct engine_batch {
  * in row order: [rows asking][vocab_local]; it may be NULL when no row asks. Fails with
  * NM_ERR_ARGS and a message naming the row (no state change) when a token id, a sequence id or
  * a position is wrong, or a position lies beyond its sequence's n_ctx / n_seq. With the GPU stage
- * (-ngl) the engine holds one sequence, and its rows ask for logits all or only the last.
- * Collective: every rank passes the same batch. */
+ * (-ngl) the rows go on through the stage's layers (which hold the same sequences) and the
+ * logits come back from it. Collective: every rank passes the same batch. */
 enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b, float *logits, char *err,
                                  size_t errlen);
 
@@ -88,10 +88,10 @@ enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool 
                            char *err, size_t errlen);
 
 /* Sampling the next token from the last evaluated position, collective: every rank returns it.
- * With the head on the GPU rank and a sampler that needs only its top k (greedy, or top-k set:
- * engine_samples_on_stage), the GPU makes the candidates and only they come back; engine_eval
- * may then be given logits = NULL on every rank. Otherwise local is this rank's logits slice
- * from engine_eval. */
+ * With the head on the GPU rank, one sequence and a sampler that needs only its top k (greedy,
+ * or top-k set: engine_samples_on_stage), the GPU makes the candidates and only they come back;
+ * engine_eval may then be given logits = NULL on every rank. Otherwise local is this rank's
+ * logits slice from engine_eval. */
 struct sampler;
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp);
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local);

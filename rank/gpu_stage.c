@@ -41,6 +41,10 @@ struct gpu_stage {
     struct model_config cfg;
     int64_t layer_first, n_ctx;
     int n_batch;
+    int n_seq;          /* sequences held */
+    int64_t n_ctx_seq;  /* positions each holds: sequence q's position p is cache row q * n_ctx_seq + p */
+    int64_t *seq_pos;   /* [n_seq] positions each holds now */
+    uint8_t *seq_seen;  /* [n_seq] scratch of the batch check */
     enum dtype kv_type;
     int64_t n_expert, n_expert_used, n_ff_exp; /* 0 without MoE layers */
     struct glayer *layers;                     /* [n_layer - layer_first] */
@@ -74,13 +78,17 @@ struct gpu_stage {
     void *topk_scratch;
     float *pin_in, *pin_out; /* page-locked staging: [n_batch][n_embd], [logit_rows][n_vocab] */
 
+    /* The chunk's rows' places (cuda_kernels.h: position, first cache row of the sequence),
+     * [n_batch][2]: built in rows (host), copied to d_rows for the decode kernels. */
+    int64_t *rows, *d_rows;
+
     /* Decode of one token as one CUDA graph (captured at the first such step, then replayed):
-     * the position it runs at is read from d_pos, filled from pin_pos by the graph itself. */
+     * its row's place is read from d_rows, filled from pin_rows by the graph itself, as its
+     * hidden state from pin_in. */
     struct cuk_graph *decode_graph;
     bool use_graph; /* false with NM_GPU_GRAPHS=0 */
-    int64_t *d_pos, *pin_pos;
+    int64_t *pin_rows;
 
-    int64_t n_past;
     engine_layer_hook hook;
     void *hook_ctx;
     float *hook_buf;
@@ -318,6 +326,10 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     if (n_ctx < 1 || n_ctx > (int64_t)1 << 24)
         return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: context size %lld; allowed are 1..16777216", (long long)n_ctx);
     if (p->n_batch < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: batch size %d; it must be >= 1", p->n_batch);
+    const int n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    if (n_seq > 4096 || n_seq > n_ctx)
+        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: %d sequences in a context of %lld; allowed are 1..%lld", n_seq,
+                       (long long)n_ctx, (long long)NM_MIN(n_ctx, 4096));
     if (p->kv_type != DTYPE_F16 && p->kv_type != DTYPE_F32)
         return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: KV cache type %s; allowed are f16 and f32",
                        dtype_ggml_name(p->kv_type));
@@ -333,6 +345,12 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->layer_first = p->layer_first;
     s->n_ctx = n_ctx;
     s->n_batch = (int)NM_MIN((int64_t)p->n_batch, n_ctx);
+    s->n_seq = n_seq;
+    s->n_ctx_seq = n_ctx / n_seq;
+    s->seq_pos = calloc((size_t)n_seq, sizeof *s->seq_pos);
+    s->seq_seen = calloc((size_t)n_seq, 1);
+    s->rows = calloc((size_t)s->n_batch * 2, sizeof *s->rows);
+    NM_ASSERT(s->seq_pos && s->seq_seen && s->rows);
     s->kv_type = p->kv_type;
     s->layers = calloc((size_t)NM_MAX(c->n_layer - p->layer_first, 1), sizeof *s->layers);
     NM_ASSERT(s->layers);
@@ -435,7 +453,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->xq = dalloc(s, B * NM_MAX(max_k, ff_rows), "rounded matmul inputs", &st, err, errlen);
     const size_t q8_bytes = cuk_q8_bytes(CUK_GEMV_MAX_ROWS, NM_MAX(NM_MAX(max_k, ff_rows), E) + 32);
     if (!st && !(s->xq8 = cuk_malloc(s->ctx, q8_bytes, "int8 matmul inputs", err, errlen))) st = NM_ERR_NOMEM;
-    s->d_pos = (int64_t *)dalloc(s, 2, "decode position", &st, err, errlen);
+    s->d_rows = (int64_t *)dalloc(s, 4 * B, "row positions", &st, err, errlen);
     if (s->n_expert > 0) {
         s->router = dalloc(s, B * s->n_expert, "router logits", &st, err, errlen);
         s->moe_w = dalloc(s, B * nu, "expert weights", &st, err, errlen);
@@ -451,7 +469,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     if (st) goto fail;
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
-    s->pin_pos = cuk_host_alloc(sizeof(int64_t), "decode position staging");
+    s->pin_rows = cuk_host_alloc(2 * sizeof(int64_t), "decode row staging");
     const char *ge = getenv("NM_GPU_GRAPHS");
     s->use_graph = !(ge && strcmp(ge, "0") == 0);
     s->hook_buf = malloc((size_t)(B * E) * sizeof(float));
@@ -467,8 +485,13 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                 (double)s->weight_bytes / (1 << 20), layers, s->output_tied ? " (tied to token_embd)" : "", dt,
                 (double)s->weight_bytes / 1e9 / (dt > 0 ? dt : 1e-9),
                 s->n_expert ? "; MoE layers on the device" : "");
-    nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB; batch %d", (long long)n_ctx, (long long)nl,
-                s->kv_type == DTYPE_F16 ? "f16" : "f32", (double)s->kv_bytes / (1 << 20), s->n_batch);
+    if (s->n_seq == 1)
+        nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB; batch %d", (long long)n_ctx, (long long)nl,
+                    s->kv_type == DTYPE_F16 ? "f16" : "f32", (double)s->kv_bytes / (1 << 20), s->n_batch);
+    else
+        nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB: %d sequences of %lld tokens; batch %d",
+                    (long long)n_ctx, (long long)nl, s->kv_type == DTYPE_F16 ? "f16" : "f32",
+                    (double)s->kv_bytes / (1 << 20), s->n_seq, (long long)s->n_ctx_seq, s->n_batch);
     nm_log_info("GPU: decode: int8-activation GEMV (dp4a) for block-quantized weights, fused norm/rope/KV/residual "
                 "kernels, %s, %s",
                 s->use_graph ? "one CUDA graph per token" : "no CUDA graph (NM_GPU_GRAPHS=0)",
@@ -487,30 +510,38 @@ void gpu_stage_free(struct gpu_stage *s) {
         cuk_sync(s->ctx);
         void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
                         s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch,
-                        s->xq8, s->d_pos};
+                        s->xq8, s->d_rows};
         cuk_graph_free(s->decode_graph);
         for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
         cuk_host_free(s->pin_in);
         cuk_host_free(s->pin_out);
-        cuk_host_free(s->pin_pos);
+        cuk_host_free(s->pin_rows);
         cuk_ctx_free(s->ctx);
     }
     free(s->hook_buf);
+    free(s->seq_pos);
+    free(s->seq_seen);
+    free(s->rows);
     free(s->layers);
     free(s);
 }
 
-int64_t gpu_stage_n_past(const struct gpu_stage *s) { return s->n_past; }
+int64_t gpu_stage_seq_pos(const struct gpu_stage *s, int seq) {
+    NM_ASSERT(seq >= 0 && seq < s->n_seq);
+    return s->seq_pos[seq];
+}
+int64_t gpu_stage_n_past(const struct gpu_stage *s) { return gpu_stage_seq_pos(s, 0); }
 int64_t gpu_stage_n_ctx(const struct gpu_stage *s) { return s->n_ctx; }
 uint64_t gpu_stage_weight_bytes_uploaded(const struct gpu_stage *s) { return s->weight_bytes; }
 uint64_t gpu_stage_weight_bytes_after_load(const struct gpu_stage *s) { return s->weight_bytes_after_load; }
 uint64_t gpu_stage_kv_bytes(const struct gpu_stage *s) { return s->kv_bytes; }
 
-void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past) {
-    NM_ASSERT(n_past >= 0 && n_past <= s->n_past);
-    s->n_past = n_past;
+void gpu_stage_seq_keep(struct gpu_stage *s, int seq, int64_t n) {
+    NM_ASSERT(seq >= 0 && seq < s->n_seq && n >= 0 && n <= s->seq_pos[seq]);
+    s->seq_pos[seq] = n; /* the cache rows after n are rewritten before any row reads them */
     s->last_logits = NULL;
 }
+void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past) { gpu_stage_seq_keep(s, 0, n_past); }
 
 void gpu_stage_set_layer_hook(struct gpu_stage *s, engine_layer_hook hook, void *ctx) {
     s->hook = hook;
@@ -564,8 +595,37 @@ static const uint8_t *kv_layer(const struct gpu_stage *s, const void *base, int6
     return (const uint8_t *)base + (size_t)li * (size_t)s->n_ctx * (size_t)row * es;
 }
 
+/* Attention of the chunk's n rows (q, rotated, and the caches holding their K and V rows) into
+ * s->att, each row over its own sequence: a run of 8 or more rows of one sequence that the
+ * tensor-core kernel takes as one prompt chunk, the rest by the kernel of single rows in as few
+ * launches as the runs allow. s->rows holds the rows' places (host), s->d_rows the same. */
+static void attention_rows(struct gpu_stage *s, void *kc, void *vc, int n) {
+    const struct model_config *c = &s->cfg;
+    const int64_t qd = c->n_head * c->head_dim, ad = c->n_head * c->head_dim_v;
+    const size_t es = s->kv_type == DTYPE_F16 ? 2 : 4;
+    const float scale = 1.0f / sqrtf((float)c->head_dim);
+    const int64_t *r = s->rows;
+    int single = 0; /* rows single .. i0 - 1 wait for the kernel of single rows */
+    for (int i0 = 0, i1; i0 < n; i0 = i1) {
+        for (i1 = i0 + 1; i1 < n && r[2 * i1 + 1] == r[2 * i0 + 1] && r[2 * i1] == r[2 * i1 - 2] + 1;) i1++;
+        if (!cuk_attention_tensor_cores(s->ctx, s->kv_type, i1 - i0, c->head_dim, c->head_dim_v)) continue;
+        if (single < i0)
+            cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, i0 - single,
+                             s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
+                             scale);
+        const size_t base = (size_t)r[2 * i0 + 1];
+        cuk_attention(s->ctx, s->att + i0 * ad, ad, s->q + i0 * qd, (uint8_t *)kc + base * (size_t)s->k_row * es,
+                      (uint8_t *)vc + base * (size_t)s->v_row * es, s->kv_type, i1 - i0, r[2 * i0], (int)c->n_head,
+                      (int)c->n_head_kv, c->head_dim, c->head_dim_v, scale);
+        single = i1;
+    }
+    if (single < n)
+        cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, n - single,
+                         s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v, scale);
+}
+
 /* x += attn_output(attention(rope(q), rope(k), v)); xn holds attn_norm(x). */
-static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t li, int n, int64_t pos0) {
+static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t li, int n) {
     const struct model_config *c = &s->cfg;
     const int64_t qd = c->n_head * c->head_dim, kd = s->k_row, vd = s->v_row;
     const int neox = c->rope_type == ROPE_TYPE_NEOX;
@@ -577,14 +637,10 @@ static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t
     add_bias(s, s->q, L->bq, n, qd);
     add_bias(s, s->k, L->bk, n, kd);
     add_bias(s, s->v, L->bv, n, vd);
-    cuk_norm_rope(s->ctx, s->q, n, (int)c->n_head, c->head_dim, qd, L->q_norm, c->rms_eps, s->rope, pos0, c->n_rot, neox);
-    cuk_norm_rope(s->ctx, s->k, n, (int)c->n_head_kv, c->head_dim, kd, L->k_norm, c->rms_eps, s->rope, pos0, c->n_rot,
-                  neox);
     void *kc = (void *)kv_layer(s, s->kv_k, li, kd), *vc = (void *)kv_layer(s, s->kv_v, li, vd);
-    cuk_kv_store(s->ctx, kc, s->kv_type, s->k, n, kd, pos0);
-    cuk_kv_store(s->ctx, vc, s->kv_type, s->v, n, vd, pos0);
-    cuk_attention(s->ctx, s->att, c->n_head * c->head_dim_v, s->q, kc, vc, s->kv_type, n, pos0, (int)c->n_head,
-                  (int)c->n_head_kv, c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim));
+    cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
+                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, s->d_rows);
+    attention_rows(s, kc, vc, n);
     matmul(s, &L->wo, s->att, n, s->proj);
     add_bias(s, s->proj, L->bo, n, c->n_embd);
     cuk_add(s->ctx, s->x, s->proj, (int64_t)n * c->n_embd);
@@ -625,19 +681,18 @@ static void ffn_moe(struct gpu_stage *s, const struct glayer *L, int n) {
     cuk_moe_combine(s->ctx, s->x, s->moe_down, s->moe_w, n, nu, E);
 }
 
-static void hook(struct gpu_stage *s, int layer, int64_t pos0, const float *dx, int n) {
+static void hook(struct gpu_stage *s, int layer, const float *dx, int n) {
     if (!s->hook) return;
     const int64_t E = s->cfg.n_embd;
     cuk_d2h(s->ctx, s->hook_buf, dx, (size_t)(n * E) * sizeof(float));
-    s->hook(s->hook_ctx, layer, pos0, s->hook_buf, n, E);
+    s->hook(s->hook_ctx, layer, s->rows[0], s->hook_buf, n, E);
 }
 
 /* ---- decode: n <= CUK_GEMV_MAX_ROWS rows ------------------------------------------------------
  * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm writes
  * the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one GEMV launch each
  * on int8 activations, RoPE and the KV stores are one kernel, biases and residual adds happen in
- * the GEMV's epilogue (y + (W x + b), the CPU's order). The position comes from d_pos when it is
- * not NULL (the graph), else pos0. */
+ * the GEMV's epilogue (y + (W x + b), the CPU's order). The rows' places come from d_rows. */
 
 /* The q8 scratch when the matmul reading an input of k values takes q8 activations, else NULL. */
 static void *q8_input(struct gpu_stage *s, int64_t k, const struct gmat *w) {
@@ -673,8 +728,7 @@ static void gemv_group(struct gpu_stage *s, const struct gmat *const *w, float *
     }
 }
 
-static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li, int n, int64_t pos0,
-                         const int64_t *d_pos) {
+static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li, int n) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, ad = c->n_head * c->head_dim_v;
     const int neox = c->rope_type == ROPE_TYPE_NEOX;
@@ -689,14 +743,9 @@ static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li
     }
     void *kc = (void *)kv_layer(s, s->kv_k, li, s->k_row), *vc = (void *)kv_layer(s, s->kv_v, li, s->v_row);
     cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
-                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, pos0, d_pos);
-    const float scale = 1.0f / sqrtf((float)c->head_dim);
-    if (d_pos)
-        cuk_attention_at(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, d_pos, (int)c->n_head, (int)c->n_head_kv,
-                         c->head_dim, c->head_dim_v, scale);
-    else
-        cuk_attention(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, pos0, (int)c->n_head, (int)c->n_head_kv,
-                      c->head_dim, c->head_dim_v, scale);
+                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, s->d_rows);
+    cuk_attention_at(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, s->d_rows, (int)c->n_head, (int)c->n_head_kv,
+                     c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim));
     {
         void *xa = q8_input(s, ad, &L->wo);
         if (xa) cuk_quantize_q8(s->ctx, xa, s->att, ad, n, ad);
@@ -731,21 +780,21 @@ static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li
     }
 }
 
-/* The device work of a decode step whose input rows are already in s->x: the layers, then the
- * head for the last row (every row when logits_all) into s->logits. No host synchronization,
- * so a graph can record it. */
-static void decode_device(struct gpu_stage *s, int n, int64_t pos0, const int64_t *d_pos, bool logits_all) {
+/* The device work of a decode step whose input rows and places are already in s->x and
+ * s->d_rows: the layers, then the head for rows first .. n-1 into s->logits. No host
+ * synchronization, so a graph can record it. */
+static void decode_device(struct gpu_stage *s, int n, int first) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd;
     for (int64_t il = s->layer_first; il < c->n_layer; il++) {
-        layer_decode(s, &s->layers[il - s->layer_first], il - s->layer_first, n, pos0, d_pos);
-        hook(s, (int)il, pos0, s->x, n);
+        layer_decode(s, &s->layers[il - s->layer_first], il - s->layer_first, n);
+        hook(s, (int)il, s->x, n);
     }
     if (s->hook) {
         cuk_rmsnorm(s->ctx, s->xn, s->x, s->output_norm, n, E, c->rms_eps);
-        hook(s, (int)c->n_layer, pos0, s->xn, n);
+        hook(s, (int)c->n_layer, s->xn, n);
     }
-    const int first = logits_all ? 0 : n - 1, rows = n - first;
+    const int rows = n - first;
     NM_ASSERT(rows <= s->logit_rows);
     void *xo = q8_input(s, E, &s->output);
     cuk_rmsnorm_q8(s->ctx, s->xn + first * E, xo, s->x + first * E, s->output_norm, rows, E, c->rms_eps);
@@ -757,92 +806,163 @@ static void decode_device(struct gpu_stage *s, int n, int64_t pos0, const int64_
     s->last_logits = s->logits + (int64_t)(rows - 1) * c->n_vocab;
 }
 
+/* The rows of a chunk whose logits are computed: head[0 .. n_head), ascending (none: only the
+ * layers); the first n_out of them go to the caller's buffer (the rows that ask; in a batch's
+ * last chunk its last row follows them when it does not ask itself, for gpu_stage_topk). */
+struct chunk_head {
+    const int *head;
+    int n_head, n_out;
+};
+
 /* Decode rows: through the graph for one row without a hook, else launched one by one. */
-static void eval_decode(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all, float *out) {
+static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out) {
     const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
-    memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
+    const int first = h->n_head > 0 ? h->head[0] : n - 1; /* (the GEMV reads the head's weights once for all) */
     if (n == 1 && !s->hook && s->use_graph) {
-        *s->pin_pos = pos0;
+        memcpy(s->pin_in, hidden, (size_t)E * sizeof(float));
+        memcpy(s->pin_rows, s->rows, 2 * sizeof(int64_t));
         if (!s->decode_graph) {
             cuk_capture_begin(s->ctx);
-            cuk_h2d(s->ctx, s->d_pos, s->pin_pos, sizeof(int64_t));
+            cuk_h2d(s->ctx, s->d_rows, s->pin_rows, 2 * sizeof(int64_t));
             cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)E * sizeof(float));
-            decode_device(s, 1, 0, s->d_pos, false);
+            decode_device(s, 1, 0);
             s->decode_graph = cuk_capture_end(s->ctx);
         }
         cuk_graph_launch(s->ctx, s->decode_graph);
         s->last_logits = s->logits;
     } else {
-        cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
-        decode_device(s, n, pos0, NULL, logits_all);
+        /* from pageable memory: the copies are staged when they return (the next chunk may
+         * reuse the sources at once) */
+        cuk_h2d(s->ctx, s->x, hidden, (size_t)(n * E) * sizeof(float));
+        cuk_h2d(s->ctx, s->d_rows, s->rows, (size_t)n * 2 * sizeof(int64_t));
+        decode_device(s, n, first);
     }
-    if (out) {
-        const int rows = logits_all ? n : 1;
+    if (out && h->n_out > 0) {
+        const int rows = n - first;
         cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(rows * V) * sizeof(float));
-        memcpy(out, s->pin_out, (size_t)(rows * V) * sizeof(float));
+        for (int j = 0; j < h->n_out; j++)
+            memcpy(out + (int64_t)j * V, s->pin_out + (int64_t)(h->head[j] - first) * V, (size_t)V * sizeof(float));
     }
 }
 
-/* One chunk of n <= n_batch rows at positions pos0 .. pos0+n-1. out, when not NULL, receives
- * the logits of every row (logits_all) or of the last. */
-static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all, float *out) {
+/* One chunk of n <= n_batch rows, their places in s->rows. */
+static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, V = c->n_vocab;
     if (n <= CUK_GEMV_MAX_ROWS && n <= s->logit_rows) {
-        eval_decode(s, hidden, n, pos0, logits_all, out);
+        eval_decode(s, hidden, n, h, out);
         return;
     }
-    memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
-    cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
+    cuk_h2d(s->ctx, s->x, hidden, (size_t)(n * E) * sizeof(float)); /* pageable: staged on return */
+    cuk_h2d(s->ctx, s->d_rows, s->rows, (size_t)n * 2 * sizeof(int64_t));
     for (int64_t il = s->layer_first; il < c->n_layer; il++) {
         const struct glayer *L = &s->layers[il - s->layer_first];
         cuk_rmsnorm(s->ctx, s->xn, s->x, L->attn_norm, n, E, c->rms_eps);
-        attention_block(s, L, il - s->layer_first, n, pos0);
+        attention_block(s, L, il - s->layer_first, n);
         cuk_rmsnorm(s->ctx, s->xn, s->x, L->ffn_norm, n, E, c->rms_eps);
         if (L->moe) ffn_moe(s, L, n);
         else ffn_dense(s, L, n);
-        hook(s, (int)il, pos0, s->x, n);
+        hook(s, (int)il, s->x, n);
     }
-    /* Output head: every row in groups of logit_rows when all are wanted, else the last row. */
-    const int first = logits_all ? 0 : n - 1;
     if (s->hook) {
         cuk_rmsnorm(s->ctx, s->xn, s->x, s->output_norm, n, E, c->rms_eps);
-        hook(s, (int)c->n_layer, pos0, s->xn, n);
+        hook(s, (int)c->n_layer, s->xn, n);
     }
-    for (int r0 = first; r0 < n; r0 += s->logit_rows) {
-        const int rows = NM_MIN(s->logit_rows, n - r0);
-        cuk_rmsnorm(s->ctx, s->xn + r0 * E, s->x + r0 * E, s->output_norm, rows, E, c->rms_eps);
-        matmul(s, &s->output, s->xn + r0 * E, rows, s->logits);
+    /* Output head for the rows in h, in groups of logit_rows; a group of rows that are not
+     * adjacent is gathered into s->proj first. */
+    for (int j0 = 0; j0 < h->n_head; j0 += s->logit_rows) {
+        const int rows = NM_MIN(s->logit_rows, h->n_head - j0);
+        const float *src = s->x + (int64_t)h->head[j0] * E;
+        if (h->head[j0 + rows - 1] - h->head[j0] != rows - 1) {
+            for (int j = 0; j < rows; j++)
+                cuk_d2d(s->ctx, s->proj + (int64_t)j * E, s->x + (int64_t)h->head[j0 + j] * E, (size_t)E * sizeof(float));
+            src = s->proj;
+        }
+        cuk_rmsnorm(s->ctx, s->xn, src, s->output_norm, rows, E, c->rms_eps);
+        matmul(s, &s->output, s->xn, rows, s->logits);
         add_bias(s, s->logits, s->output_bias, rows, V);
         s->last_logits = s->logits + (int64_t)(rows - 1) * V;
-        if (out) {
-            cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(rows * V) * sizeof(float));
-            memcpy(out + (int64_t)(r0 - first) * V, s->pin_out, (size_t)(rows * V) * sizeof(float));
+        const int n_copy = NM_MIN(rows, h->n_out - j0);
+        if (out && n_copy > 0) {
+            cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(n_copy * V) * sizeof(float));
+            memcpy(out + (int64_t)j0 * V, s->pin_out, (size_t)(n_copy * V) * sizeof(float));
         }
     }
+}
+
+/* The batch rules (gpu_stage.h), checked before anything changes. */
+static enum nm_status batch_check(struct gpu_stage *s, const struct stage_batch *b, char *err, size_t errlen) {
+    if (b->n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: no rows to evaluate");
+    memset(s->seq_seen, 0, (size_t)s->n_seq);
+    for (int i = 0; i < b->n; i++) {
+        const int32_t q = b->seq[i];
+        const bool continues = i > 0 && b->seq[i - 1] == q;
+        if (q < 0 || q >= s->n_seq)
+            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: row %d: sequence %d; the stage holds 0..%d", i, q,
+                           s->n_seq - 1);
+        if (!continues && s->seq_seen[q])
+            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: row %d: the rows of sequence %d are not adjacent", i, q);
+        const int64_t next = continues ? b->pos[i - 1] + 1 : s->seq_pos[q];
+        if (b->pos[i] != next)
+            return nm_errf(err, errlen, NM_ERR_ARGS,
+                           "GPU stage: row %d: position %lld of sequence %d; the next one is %lld (truncate first)", i,
+                           (long long)b->pos[i], q, (long long)next);
+        if (b->pos[i] >= s->n_ctx_seq)
+            return nm_errf(err, errlen, NM_ERR_ARGS,
+                           "GPU stage: row %d: position %lld of sequence %d does not fit in its context of %lld "
+                           "tokens (raise -c)",
+                           i, (long long)b->pos[i], q, (long long)s->n_ctx_seq);
+        s->seq_seen[q] = 1;
+    }
+    return NM_OK;
+}
+
+enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batch *b, float *logits, char *err,
+                                    size_t errlen) {
+    enum nm_status st = batch_check(s, b, err, errlen);
+    if (st) return st;
+    const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
+    int *head = malloc((size_t)NM_MIN(b->n, s->n_batch) * sizeof *head);
+    NM_ASSERT(head);
+    int64_t out_rows = 0;
+    for (int done = 0; done < b->n;) {
+        const int n = NM_MIN(s->n_batch, b->n - done);
+        for (int i = 0; i < n; i++) {
+            s->rows[2 * i] = b->pos[done + i];
+            s->rows[2 * i + 1] = (int64_t)b->seq[done + i] * s->n_ctx_seq;
+        }
+        struct chunk_head h = {.head = head};
+        for (int i = 0; i < n; i++)
+            if (b->logits[done + i]) head[h.n_head++] = i;
+        h.n_out = h.n_head;
+        if (done + n == b->n && (h.n_head == 0 || head[h.n_head - 1] != n - 1)) head[h.n_head++] = n - 1;
+        eval_chunk(s, b->hidden + (int64_t)done * E, n, &h, logits ? logits + out_rows * V : NULL);
+        out_rows += h.n_out;
+        done += n;
+    }
+    free(head);
+    for (int i = 0; i < b->n; i++) s->seq_pos[b->seq[i]] = b->pos[i] + 1;
+    cuk_sync(s->ctx);
+    return NM_OK;
 }
 
 enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all,
                               float *logits, char *err, size_t errlen) {
     if (n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: no rows to evaluate");
-    if (pos0 != s->n_past)
-        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: rows start at position %lld but the stage holds %lld (truncate first)",
-                       (long long)pos0, (long long)s->n_past);
-    if (s->n_past + n > s->n_ctx)
-        return nm_errf(err, errlen, NM_ERR_ARGS,
-                       "GPU stage: %d tokens at position %lld do not fit in the context of %lld tokens (raise -c)", n,
-                       (long long)s->n_past, (long long)s->n_ctx);
-    const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
-    for (int done = 0; done < n;) {
-        const int chunk = NM_MIN(s->n_batch, n - done);
-        const bool last = done + chunk == n;
-        float *dst = !logits ? NULL : logits_all ? logits + (int64_t)done * V : last ? logits : NULL;
-        eval_chunk(s, hidden + (int64_t)done * E, chunk, s->n_past, logits_all && logits, dst);
-        s->n_past += chunk;
-        done += chunk;
+    int32_t *seq = calloc((size_t)n, sizeof *seq);
+    int64_t *pos = malloc((size_t)n * sizeof *pos);
+    bool *ask = malloc((size_t)n);
+    NM_ASSERT(seq && pos && ask);
+    for (int i = 0; i < n; i++) {
+        pos[i] = pos0 + i;
+        ask[i] = logits_all || i == n - 1;
     }
-    cuk_sync(s->ctx);
-    return NM_OK;
+    const struct stage_batch b = {.n = n, .hidden = hidden, .seq = seq, .pos = pos, .logits = ask};
+    const enum nm_status st = gpu_stage_eval_batch(s, &b, logits, err, errlen);
+    free(seq);
+    free(pos);
+    free(ask);
+    return st;
 }
 
 enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,

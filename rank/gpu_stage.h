@@ -14,7 +14,11 @@
  * (kernels/cuda/cuk_internal.h, cuk_launch).
  *
  * The stage keeps its own KV cache (its layers only, F16 or F32, allocated once at open for
- * n_ctx positions: lesson 5) and chunks any prompt by n_batch internally.
+ * n_ctx positions: lesson 5), divided among n_seq sequences as the CPU engine divides its own
+ * (a server's slots: each sequence n_ctx / n_seq positions), and chunks any batch by n_batch
+ * internally. A batch may hold rows of several sequences: the matmuls take all its rows, the
+ * RoPE, KV stores and attention each row at its own place (rows of one sequence that come
+ * together as a prompt chunk of 8 or more run the tensor-core attention).
  *
  * Supported: llama, qwen2, qwen3 and qwen3moe (cfg->n_expert > 0: softmax router ffn_gate_inp,
  * the top n_expert_used experts with renormalized weights, SiLU-gated experts in the 3-D
@@ -53,6 +57,7 @@ struct gpu_stage_params {
     int64_t layer_first; /* 0..n_layer; n_layer: only output_norm and the output head */
     int64_t n_ctx;       /* positions the KV cache holds; 0 = the model's training context */
     int n_batch;         /* most tokens per device chunk; > 0 */
+    int n_seq;           /* sequences held, each with n_ctx / n_seq positions; 0 = 1 */
     enum dtype kv_type;  /* DTYPE_F16 or DTYPE_F32 */
 };
 
@@ -73,13 +78,17 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                               const struct gpu_stage_params *p, char *err, size_t errlen);
 void gpu_stage_free(struct gpu_stage *s);
 
-/* Run n hidden states (host, [n][n_embd] f32: the residual stream after layer layer_first-1;
- * the embedding rows when layer_first is 0) at positions pos0 .. pos0+n-1 through the stage's
- * layers, then output_norm and the head. pos0 must equal gpu_stage_n_past (rewind with
- * gpu_stage_truncate). Any n works: chunks of n_batch run one after the other. logits (host),
- * when not NULL, receives [n][n_vocab] when logits_all, else [1][n_vocab] for the last row. The
- * last row's logits always stay on the device for gpu_stage_topk. NM_ERR_ARGS (no state
- * change) when the positions do not fit in n_ctx or pos0 is wrong. */
+/* Evaluate a batch of rows (pipeline.h's stage_batch: hidden states [n][n_embd] f32 on the host,
+ * each row's sequence and position) through the stage's layers, then output_norm and the head for
+ * the rows that ask. logits (host), when not NULL, receives [rows asking][n_vocab] in row order;
+ * the last row's logits stay on the device for gpu_stage_topk whether or not it asks. Any n
+ * works: chunks of n_batch run one after the other. NM_ERR_ARGS, naming the row, with no state
+ * change, when a sequence id, a position (each sequence's rows adjacent, continuing it:
+ * gpu_stage_seq_pos) or a context limit is wrong. */
+enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batch *b, float *logits, char *err,
+                                    size_t errlen);
+/* Sequence 0 alone: n rows at positions pos0 .. pos0+n-1 (pos0 = gpu_stage_n_past), logits
+ * [n][n_vocab] when logits_all, else [1][n_vocab] for the last row. */
 enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all,
                               float *logits, char *err, size_t errlen);
 
@@ -92,9 +101,14 @@ enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, i
 enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,
                               float repeat_penalty, int32_t *ids, float *vals, char *err, size_t errlen);
 
-/* Forget positions >= n_past (n_past <= gpu_stage_n_past): rewind, or 0 to reset. */
+/* Positions sequence seq holds (the position its next row takes); sequence seq keeps its first n
+ * (n <= gpu_stage_seq_pos) and forgets the rest: a rewind, a reused prefix, or 0 to reset. */
+int64_t gpu_stage_seq_pos(const struct gpu_stage *s, int seq);
+void gpu_stage_seq_keep(struct gpu_stage *s, int seq, int64_t n);
+/* Sequence 0's: gpu_stage_seq_keep(s, 0, n_past) and gpu_stage_seq_pos(s, 0). */
 void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past);
 int64_t gpu_stage_n_past(const struct gpu_stage *s);
+/* Positions the cache holds for all sequences together. */
 int64_t gpu_stage_n_ctx(const struct gpu_stage *s);
 
 /* Weight bytes uploaded at open, and weight bytes moved after open finished (0 unless a bug:

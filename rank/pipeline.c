@@ -10,15 +10,14 @@
 
 /* ---- local: this process drives the GPU -------------------------------------------------- */
 
-static enum nm_status local_eval(void *ctx, const float *hidden, int n, int64_t pos0, bool logits_all, float *logits,
-                                 char *err, size_t errlen) {
-    return gpu_stage_eval(ctx, hidden, n, pos0, logits_all, logits, err, errlen);
+static enum nm_status local_eval(void *ctx, const struct stage_batch *b, float *logits, char *err, size_t errlen) {
+    return gpu_stage_eval_batch(ctx, b, logits, err, errlen);
 }
 static enum nm_status local_topk(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
                                  float *vals, char *err, size_t errlen) {
     return gpu_stage_topk(ctx, k, tokens, n_tokens, penalty, ids, vals, err, errlen);
 }
-static void local_truncate(void *ctx, int64_t n_past) { gpu_stage_truncate(ctx, n_past); }
+static void local_keep(void *ctx, int seq, int64_t n) { gpu_stage_seq_keep(ctx, seq, n); }
 /* The counter DESIGN lesson 1 asks for, said when a stage closes (tests look for it). */
 static void log_weight_traffic(const struct gpu_stage *g) {
     nm_log_info("GPU: %.1f MiB of weights uploaded at load; weight bytes moved after load: %llu",
@@ -34,7 +33,7 @@ static void local_close(void *ctx) {
 static const struct pipeline_stage_ops k_local_ops = {
     .eval = local_eval,
     .topk = local_topk,
-    .truncate = local_truncate,
+    .keep = local_keep,
     .close = local_close,
 };
 
@@ -44,20 +43,25 @@ struct pipeline_stage pipeline_local(struct gpu_stage *g) {
 
 /* ---- remote: the GPU rank of the job ----------------------------------------------------- */
 
-enum pipe_op { PIPE_OPEN = 1, PIPE_EVAL, PIPE_TOPK, PIPE_TRUNCATE, PIPE_CLOSE, PIPE_EXIT };
-enum pipe_tag { PIPE_TAG_REQ = 40, PIPE_TAG_HIDDEN, PIPE_TAG_REPLY, PIPE_TAG_LOGITS, PIPE_TAG_TOKENS, PIPE_TAG_CANDS };
-enum pipe_logits { PIPE_LOGITS_NONE = 0, PIPE_LOGITS_LAST = 1, PIPE_LOGITS_ALL = 2 };
+enum pipe_op { PIPE_OPEN = 1, PIPE_EVAL, PIPE_TOPK, PIPE_KEEP, PIPE_CLOSE, PIPE_EXIT };
+enum pipe_tag {
+    PIPE_TAG_REQ = 40, PIPE_TAG_HIDDEN, PIPE_TAG_REPLY, PIPE_TAG_LOGITS, PIPE_TAG_TOKENS, PIPE_TAG_CANDS, PIPE_TAG_ROWS
+};
 
 struct pipe_req {
     int32_t op;     /* enum pipe_op */
-    int32_t n;      /* tokens (EVAL); n_batch (OPEN) */
-    int64_t pos0;   /* first position (EVAL), n_past (TRUNCATE), layer_first (OPEN) */
+    int32_t n;      /* rows (EVAL); n_batch (OPEN); sequence (KEEP) */
+    int64_t pos0;   /* positions kept (KEEP), layer_first (OPEN) */
     int64_t n_ctx;  /* OPEN */
-    int32_t logits; /* enum pipe_logits (EVAL); kv type (OPEN); k (TOPK) */
+    int32_t logits; /* rows asking for logits (EVAL); kv type (OPEN); k (TOPK) */
     int32_t device; /* OPEN; penalty tokens that follow (TOPK) */
     float penalty;  /* TOPK */
-    int32_t pad;
+    int32_t n_seq;  /* OPEN */
 };
+
+/* An EVAL's rows after its hidden states, in one message: seq [n] int32, pos [n] int64, then
+ * logits [n] as bytes. */
+static size_t rows_bytes(int n) { return (size_t)n * (sizeof(int32_t) + sizeof(int64_t) + 1); }
 
 struct pipe_reply {
     int32_t status; /* enum nm_status */
@@ -78,19 +82,28 @@ struct remote {
     int64_t n_embd, n_vocab;
 };
 
-static enum nm_status remote_eval(void *ctx, const float *hidden, int n, int64_t pos0, bool logits_all, float *logits,
-                                  char *err, size_t errlen) {
+static enum nm_status remote_eval(void *ctx, const struct stage_batch *b, float *logits, char *err, size_t errlen) {
     struct remote *r = ctx;
-    const struct pipe_req q = {.op = PIPE_EVAL, .n = n, .pos0 = pos0,
-                               .logits = !logits ? PIPE_LOGITS_NONE : logits_all ? PIPE_LOGITS_ALL : PIPE_LOGITS_LAST};
+    const int n = b->n;
+    int asking = 0;
+    uint8_t *rows = malloc(rows_bytes(n));
+    NM_ASSERT(rows);
+    memcpy(rows, b->seq, (size_t)n * sizeof(int32_t));
+    memcpy(rows + (size_t)n * sizeof(int32_t), b->pos, (size_t)n * sizeof(int64_t));
+    for (int i = 0; i < n; i++) {
+        rows[(size_t)n * 12 + (size_t)i] = b->logits[i];
+        asking += b->logits[i];
+    }
+    /* the GPU rank sends back the rows asking only when this side takes them */
+    const struct pipe_req q = {.op = PIPE_EVAL, .n = n, .logits = logits ? asking : 0};
     coll_send(r->world, &q, sizeof q, r->peer, PIPE_TAG_REQ);
-    coll_send(r->world, hidden, (size_t)n * (size_t)r->n_embd * sizeof(float), r->peer, PIPE_TAG_HIDDEN);
+    coll_send(r->world, b->hidden, (size_t)n * (size_t)r->n_embd * sizeof(float), r->peer, PIPE_TAG_HIDDEN);
+    coll_send(r->world, rows, rows_bytes(n), r->peer, PIPE_TAG_ROWS);
+    free(rows);
     enum nm_status st = recv_reply(r->world, r->peer, err, errlen);
     if (st) return st;
-    if (logits) {
-        const size_t rows = logits_all ? (size_t)n : 1;
-        coll_recv(r->world, logits, rows * (size_t)r->n_vocab * sizeof(float), r->peer, PIPE_TAG_LOGITS);
-    }
+    if (logits && asking > 0)
+        coll_recv(r->world, logits, (size_t)asking * (size_t)r->n_vocab * sizeof(float), r->peer, PIPE_TAG_LOGITS);
     return NM_OK;
 }
 
@@ -112,9 +125,9 @@ static enum nm_status remote_topk(void *ctx, int k, const int32_t *tokens, int n
     return NM_OK;
 }
 
-static void remote_truncate(void *ctx, int64_t n_past) {
+static void remote_keep(void *ctx, int seq, int64_t n) {
     struct remote *r = ctx;
-    const struct pipe_req q = {.op = PIPE_TRUNCATE, .pos0 = n_past};
+    const struct pipe_req q = {.op = PIPE_KEEP, .n = seq, .pos0 = n};
     coll_send(r->world, &q, sizeof q, r->peer, PIPE_TAG_REQ);
 }
 
@@ -128,7 +141,7 @@ static void remote_close(void *ctx) {
 static const struct pipeline_stage_ops k_remote_ops = {
     .eval = remote_eval,
     .topk = remote_topk,
-    .truncate = remote_truncate,
+    .keep = remote_keep,
     .close = remote_close,
 };
 
@@ -137,7 +150,7 @@ enum nm_status pipeline_remote_open(struct pipeline_stage *out, struct coll *wor
                                     size_t errlen) {
     *out = (struct pipeline_stage){0};
     const struct pipe_req q = {.op = PIPE_OPEN, .n = p->n_batch, .pos0 = p->layer_first, .n_ctx = p->n_ctx,
-                               .logits = (int32_t)p->kv_type, .device = p->device};
+                               .logits = (int32_t)p->kv_type, .device = p->device, .n_seq = p->n_seq};
     coll_send(world, &q, sizeof q, peer, PIPE_TAG_REQ);
     enum nm_status st = recv_reply(world, peer, err, errlen);
     if (st) return st;
@@ -157,6 +170,7 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
     const int64_t n_embd = cfg->n_embd, n_vocab = cfg->n_vocab;
     struct gpu_stage *g = NULL;
     float *hidden = NULL, *logits = NULL;
+    uint8_t *rows = NULL;
     int cap = 0;
     for (;;) {
         struct pipe_req q;
@@ -169,7 +183,7 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             gpu_stage_free(g);
             g = NULL;
             const struct gpu_stage_params p = {.device = q.device, .layer_first = q.pos0, .n_ctx = q.n_ctx,
-                                               .n_batch = q.n, .kv_type = (enum dtype)q.logits};
+                                               .n_batch = q.n, .kv_type = (enum dtype)q.logits, .n_seq = q.n_seq};
             rep.status = (int32_t)gpu_stage_open(&g, f, cfg, &p, rep.msg, sizeof rep.msg);
             coll_send(world, &rep, sizeof rep, peer, PIPE_TAG_REPLY);
             break;
@@ -194,28 +208,40 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             free(buf);
             break;
         }
-        case PIPE_TRUNCATE:
+        case PIPE_KEEP:
             NM_ASSERT(g);
-            gpu_stage_truncate(g, q.pos0);
+            gpu_stage_seq_keep(g, q.n, q.pos0);
             break;
         case PIPE_EVAL: {
-            NM_ASSERT(g && q.n > 0);
+            NM_ASSERT(g && q.n > 0 && q.logits >= 0 && q.logits <= q.n);
             if (q.n > cap) {
                 nm_free(hidden);
                 nm_free(logits);
+                free(rows);
                 cap = q.n;
                 hidden = nm_alloc((size_t)cap * (size_t)n_embd * sizeof(float), 64, "GPU rank hidden states");
                 logits = nm_alloc((size_t)cap * (size_t)n_vocab * sizeof(float), 64, "GPU rank logits");
+                rows = malloc(rows_bytes(cap));
+                NM_ASSERT(rows);
             }
             coll_recv(world, hidden, (size_t)q.n * (size_t)n_embd * sizeof(float), peer, PIPE_TAG_HIDDEN);
-            const bool want = q.logits != PIPE_LOGITS_NONE, all = q.logits == PIPE_LOGITS_ALL;
-            rep.status =
-                (int32_t)gpu_stage_eval(g, hidden, q.n, q.pos0, all, want ? logits : NULL, rep.msg, sizeof rep.msg);
+            coll_recv(world, rows, rows_bytes(q.n), peer, PIPE_TAG_ROWS);
+            int32_t *seq = malloc((size_t)q.n * sizeof *seq);
+            int64_t *pos = malloc((size_t)q.n * sizeof *pos);
+            bool *ask = malloc((size_t)q.n);
+            NM_ASSERT(seq && pos && ask);
+            memcpy(seq, rows, (size_t)q.n * sizeof *seq);
+            memcpy(pos, rows + (size_t)q.n * sizeof *seq, (size_t)q.n * sizeof *pos);
+            for (int i = 0; i < q.n; i++) ask[i] = rows[(size_t)q.n * 12 + (size_t)i] != 0;
+            const struct stage_batch b = {.n = q.n, .hidden = hidden, .seq = seq, .pos = pos, .logits = ask};
+            rep.status = (int32_t)gpu_stage_eval_batch(g, &b, q.logits ? logits : NULL, rep.msg, sizeof rep.msg);
+            free(seq);
+            free(pos);
+            free(ask);
             coll_send(world, &rep, sizeof rep, peer, PIPE_TAG_REPLY);
             if (rep.status != NM_OK) nm_fatal("GPU rank: %s", rep.msg);
-            if (want)
-                coll_send(world, logits, (all ? (size_t)q.n : 1) * (size_t)n_vocab * sizeof(float), peer,
-                          PIPE_TAG_LOGITS);
+            if (q.logits > 0)
+                coll_send(world, logits, (size_t)q.logits * (size_t)n_vocab * sizeof(float), peer, PIPE_TAG_LOGITS);
             break;
         }
         default: nm_fatal("GPU rank: unknown pipeline request %d from rank %d", (int)q.op, peer);
@@ -224,4 +250,5 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
     gpu_stage_free(g);
     nm_free(hidden);
     nm_free(logits);
+    free(rows);
 }

@@ -24,18 +24,27 @@ struct gpu_stage;
 struct gpu_stage_params;
 struct model_config;
 
+/* Rows for the stage, as the engine's batch (forward.h) gives them: row i is hidden[i] (the
+ * residual stream after the last CPU layer, n_embd values) at position pos[i] of sequence
+ * seq[i]; a sequence's rows are adjacent and continue it. logits[i] asks for row i's logits. */
+struct stage_batch {
+    int n;
+    const float *hidden;
+    const int32_t *seq;
+    const int64_t *pos;
+    const bool *logits;
+};
+
 struct pipeline_stage_ops {
-    /* Evaluate n tokens at positions pos0 .. pos0+n-1 from hidden[n][n_embd] (the residual
-     * stream after the last CPU layer). logits: NULL for none, else [n][n_vocab] when
-     * logits_all, else [1][n_vocab] for the last token. Any length: the stage chunks. */
-    enum nm_status (*eval)(void *ctx, const float *hidden, int n, int64_t pos0, bool logits_all, float *logits,
-                           char *err, size_t errlen);
+    /* Evaluate the rows; logits: NULL, or [rows asking][n_vocab] in row order. Any length: the
+     * stage chunks. */
+    enum nm_status (*eval)(void *ctx, const struct stage_batch *b, float *logits, char *err, size_t errlen);
     /* The k best (id, logit) candidates of the last evaluated row, after the repetition penalty
      * over tokens[n_tokens] (gpu_stage_topk): only they come back, not the vocabulary. */
     enum nm_status (*topk)(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
                            float *vals, char *err, size_t errlen);
-    /* Forget positions >= n_past. */
-    void (*truncate)(void *ctx, int64_t n_past);
+    /* Sequence seq keeps its first n positions and forgets the rest. */
+    void (*keep)(void *ctx, int seq, int64_t n);
     /* Release the stage (remote: tell the GPU rank to stop serving). */
     void (*close)(void *ctx);
 };

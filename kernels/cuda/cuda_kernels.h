@@ -160,20 +160,23 @@ struct cuk_gemv_out {
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs);
 
-/* ---- decode: positions in device memory, CUDA graphs -------------------------------------- */
+/* ---- decode: rows in device memory, CUDA graphs ------------------------------------------
+ * The decode kernels take their rows' places from device memory, read when the kernel runs, so
+ * that a captured graph serves every step: rows [m][2] (int64), row i at position rows[2i] of a
+ * sequence whose positions start at cache row rows[2i + 1] (its region of the cache: position p
+ * is cache row rows[2i + 1] + p). One kernel may take rows of several sequences. */
 
 /* cuk_norm_rope of q's n_head heads and k's n_head_kv heads, then k's rotated rows and v's rows
- * stored to the caches at row pos + i (cuk_kv_store), in one kernel. pos is *d_pos (device
- * int64) when d_pos is not NULL, else pos0: read when the kernel runs, so a captured graph
- * serves every position. q is [m][n_head * head_dim], k [m][n_head_kv * head_dim], v
- * [m][n_head_kv * head_dim_v]. */
+ * stored to the caches at each row's cache row (as cuk_kv_store), in one kernel. q is [m][n_head
+ * * head_dim], k [m][n_head_kv * head_dim], v [m][n_head_kv * head_dim_v]. */
 void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
                     int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
                     const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
-                    int64_t pos0, const int64_t *d_pos);
-/* cuk_attention with pos0 = *d_pos (device), read when the kernel runs. */
+                    const int64_t *rows);
+/* cuk_attention of m rows, each over its own sequence's positions 0 .. its position (rows as
+ * above). */
 void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                      const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head, int n_head_kv,
+                      const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
                       int64_t head_dim, int64_t head_dim_v, float scale);
 
 /* A recorded sequence of the context's stream work (a CUDA graph), replayed with one launch.

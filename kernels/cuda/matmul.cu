@@ -422,7 +422,10 @@ __device__ __forceinline__ gq_out gq_find(const gemv_q8_outs &o, int row) {
 constexpr int GQ_WARPS = 4;       /* warps per block of the q8 GEMV */
 constexpr int GQ_STAGE = 128;     /* units of a row a warp stages at a time (64 where that exceeds GQ_STAGE_MAX) */
 constexpr int GQ_STAGE_MAX = 4608; /* bytes of one stage */
-constexpr int GQ_DEPTH = 2;       /* stages per warp: one is computed while the next is copied */
+#ifndef NM_GQ_DEPTH
+#define NM_GQ_DEPTH 2 /* (a build option for measurements: -DNM_GQ_DEPTH=3 in CMAKE_CUDA_FLAGS) */
+#endif
+constexpr int GQ_DEPTH = NM_GQ_DEPTH; /* stages per warp: one is computed while the next ones are copied */
 
 /* Asynchronous copies global -> shared (sm_80+): issued, committed as a group, waited for. */
 __device__ __forceinline__ void cp_async(void *smem, const void *g, int bytes) {
@@ -866,9 +869,12 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
          * last block's warps may have one fewer), so that no partial wave of blocks trails. */
         static int per_sm = 0; /* per type (its stage size is fixed), and per process: a GPU rank
                                   drives one device, so one kind of device */
-        if (!per_sm)
+        if (!per_sm) {
+            CUK_CHECK(cudaFuncSetAttribute(gemv_q8_kernel<QQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                      "shared memory of the q8 GEMV");
             CUK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_kernel<QQ>, GQ_WARPS * 32, smem),
                       "occupancy of the q8 GEMV");
+        }
         const int64_t max_warps = (int64_t)NM_MAX(per_sm, 1) * c->sm_count * GQ_WARPS;
         const int64_t rows_per_warp = (rows + max_warps - 1) / max_warps;
         const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;

@@ -50,6 +50,9 @@ void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t
               int m, float *y, int64_t ldy) { CUK_NONE(); }
 void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
               int m, float *y, int64_t ldy) { CUK_NONE(); }
+void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, int m, int64_t k, bool round_q8) { CUK_NONE(); }
+void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
+                     int64_t ldy) { CUK_NONE(); }
 void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k, int64_t n,
                    const float *x, int64_t ldx, int x_div, const int32_t *ids, int n_pairs, float *y, int64_t ldy) { CUK_NONE(); }
 void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, int rows, int64_t n, float eps) { CUK_NONE(); }
@@ -64,6 +67,9 @@ void cuk_kv_store(struct cuk_ctx *c, void *cache, enum dtype kv_type, const floa
 void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                    const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
                    int64_t head_dim, int64_t head_dim_v, float scale) { CUK_NONE(); }
+bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type, int m, int64_t head_dim, int64_t head_dim_v) {
+    CUK_NONE();
+}
 void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids, float *w) { CUK_NONE(); }
 void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w, int m, int n_used, int64_t n) { CUK_NONE(); }
 size_t cuk_topk_scratch_bytes(int64_t n) { return 0; }
@@ -80,9 +86,9 @@ void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int
 void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
                     int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
                     const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
-                    int64_t pos0, const int64_t *d_pos) { CUK_NONE(); }
+                    const int64_t *rows) { CUK_NONE(); }
 void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                      const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head, int n_head_kv,
+                      const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
                       int64_t head_dim, int64_t head_dim_v, float scale) { CUK_NONE(); }
 void cuk_capture_begin(struct cuk_ctx *c) { CUK_NONE(); }
 struct cuk_graph *cuk_capture_end(struct cuk_ctx *c) { CUK_NONE(); }

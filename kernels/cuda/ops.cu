@@ -29,11 +29,33 @@ __device__ double block_sum_d(double v, double *red) { return block_reduce(v, re
 __device__ float block_sum(float v, float *red) { return block_reduce(v, red, 0.0f, cuk_op_add()); }
 __device__ float block_max(float v, float *red) { return block_reduce(v, red, -INFINITY, cuk_op_max()); }
 
-/* 1 / sqrt(mean(x^2) + eps) of the block's row x[n], the sum of squares in double (op_rmsnorm). */
+/* 1 / sqrt(mean(x^2) + eps) of the block's row x[n], the sum of squares in double (op_rmsnorm).
+ * A thread's loads (16-byte ones where the row allows) are all issued before its sums: the row
+ * was just written by the kernel before, and one dependent load at a time made a decode step's
+ * norm take as long as a 4096-row GEMV. */
 __device__ float row_rms_scale(const float *xr, int64_t n, float eps) {
     __shared__ double red[32];
     double ss = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    if (n % 4 == 0 && ((uintptr_t)xr & 15) == 0) {
+        const float4 *x4 = (const float4 *)xr;
+        const int64_t n4 = n / 4, bd = blockDim.x;
+        int64_t i = threadIdx.x;
+        for (; i + 3 * bd < n4; i += 4 * bd) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = x4[i + j * bd];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                ss += (double)v[j].x * v[j].x + (double)v[j].y * v[j].y + (double)v[j].z * v[j].z +
+                      (double)v[j].w * v[j].w;
+        }
+        for (; i < n4; i += bd) {
+            const float4 v = x4[i];
+            ss += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    }
     ss = block_sum_d(ss, red);
     return (float)(1.0 / sqrt(ss / (double)n + eps));
 }
@@ -111,17 +133,17 @@ __global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride,
 }
 
 /* Blocks h < n_head: q's head h; the next n_head_kv: k's head (also stored to the K cache) and
- * v's head copied to the V cache. One row per blockIdx.y; the position comes from d_pos when
- * it is not NULL. */
+ * v's head copied to the V cache. One row per blockIdx.y: row i at position rows[2i] of the
+ * sequence whose positions start at cache row rows[2i + 1]. */
 template <typename KT>
 __global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ v, int n_head, int64_t hd,
                                   int64_t hdv, int64_t k_row, int64_t v_row, const float *__restrict__ q_norm,
                                   const float *__restrict__ k_norm, float eps, const float *__restrict__ cos_sin,
-                                  int64_t n_rot, int neox, KT *kc, KT *vc, int64_t pos0, const int64_t *d_pos) {
+                                  int64_t n_rot, int neox, KT *kc, KT *vc, const int64_t *__restrict__ rows) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const int h = blockIdx.x, i = blockIdx.y;
-    const int64_t pos = (d_pos ? *d_pos : pos0) + i;
+    const int64_t pos = rows[2 * i], crow = rows[2 * i + 1] + pos; /* its cache row */
     const float *cs = cos_sin + pos * n_rot;
     if (h < n_head) {
         norm_rope_head<KT>(q + (int64_t)i * n_head * hd + (int64_t)h * hd, hd, q_norm, eps, cs, n_rot, neox, NULL);
@@ -129,9 +151,9 @@ __global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ 
     }
     const int hk = h - n_head;
     norm_rope_head<KT>(k + (int64_t)i * k_row + (int64_t)hk * hd, hd, k_norm, eps, cs, n_rot, neox,
-                       kc + pos * k_row + (int64_t)hk * hd);
+                       kc + crow * k_row + (int64_t)hk * hd);
     const float *vs = v + (int64_t)i * v_row + (int64_t)hk * hdv;
-    KT *vd = vc + pos * v_row + (int64_t)hk * hdv;
+    KT *vd = vc + crow * v_row + (int64_t)hk * hdv;
     for (int64_t d = threadIdx.x; d < hdv; d += blockDim.x) kv_st(vd + d, vs[d]);
 }
 
@@ -169,24 +191,26 @@ __device__ __forceinline__ void kv_ld8(const float *p, float *o) {
 /* One (query head, row) per block. Positions in tiles of ATT_T: thread j scores position t0 + j
  * (a whole K row, 8 values per load when vec8), the tile's softmax numerators are rescaled
  * online against the running max, and each thread accumulates output dimensions over the tile.
- * pos0 is *d_pos when d_pos is not NULL (read when the kernel runs: a graph replays it). */
+ * Row i is at position pos0 + i of a sequence whose positions start at cache row 0, or when rows
+ * is not NULL at position rows[2i] of one starting at cache row rows[2i + 1] (read when the
+ * kernel runs: a graph replays it). */
 template <typename KT>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
-                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *d_pos,
+                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows,
                 int n_head, int group, int hd, int hdv, float scale, int vec8) {
     __shared__ float qs[512];
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
-    if (d_pos) pos0 = *d_pos;
     const int h = blockIdx.x, i = blockIdx.y, hk = h / group;
+    const int64_t pos = rows ? rows[2 * i] : pos0 + i, base = rows ? rows[2 * i + 1] : 0;
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_T) qs[d] = qh[d];
     __syncthreads();
-    const int64_t n_kv = pos0 + i + 1;
-    const KT *k0 = kc + (int64_t)hk * hd, *v0 = vc + (int64_t)hk * hdv;
+    const int64_t n_kv = pos + 1;
+    const KT *k0 = kc + base * k_row + (int64_t)hk * hd, *v0 = vc + base * v_row + (int64_t)hk * hdv;
     float m_run = -INFINITY, l_run = 0.0f, acc[2] = {0.0f, 0.0f};
     for (int64_t t0 = 0; t0 < n_kv; t0 += ATT_T) {
         const int tl = (int)NM_MIN((int64_t)ATT_T, n_kv - t0);
@@ -668,13 +692,13 @@ extern "C" bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type
 }
 
 static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                             const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *d_pos,
+                             const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *rows,
                              int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
     NM_ASSERT(head_dim <= 512 && head_dim_v <= 2 * ATT_T && n_head % n_head_kv == 0);
     if (m < 1) return;
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     const int group = n_head / n_head_kv;
-    if (!d_pos && cuk_attention_tensor_cores(c, kv_type, m, head_dim, head_dim_v)) {
+    if (!rows && cuk_attention_tensor_cores(c, kv_type, m, head_dim, head_dim_v)) {
         NM_ASSERT(((uintptr_t)k_cache & 15) == 0 && ((uintptr_t)v_cache & 15) == 0 && ((uintptr_t)q & 7) == 0);
         const dim3 fgrid((unsigned)n_head, (unsigned)((m + FA_ROWS - 1) / FA_ROWS));
         auto kern = head_dim == 64 ? attn_mma_kernel<64> : attn_mma_kernel<128>;
@@ -686,11 +710,11 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
     const int vec8 = head_dim % 8 == 0 && ((uintptr_t)k_cache & 31) == 0;
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "attention", attn_kernel<float>, grid, ATT_T, 0, out, ldo, q, (const float *)k_cache,
-                   (const float *)v_cache, k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim, (int)head_dim_v,
+                   (const float *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v,
                    scale, vec8);
     else
         cuk_launch(c, "attention", attn_kernel<__half>, grid, ATT_T, 0, out, ldo, q, (const __half *)k_cache,
-                   (const __half *)v_cache, k_row, v_row, pos0, d_pos, n_head, group, (int)head_dim, (int)head_dim_v,
+                   (const __half *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v,
                    scale, vec8);
 }
 
@@ -702,30 +726,30 @@ extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const 
 }
 
 extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                                 const void *v_cache, enum dtype kv_type, int m, const int64_t *d_pos, int n_head,
+                                 const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head,
                                  int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
-    NM_ASSERT(d_pos);
-    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, 0, d_pos, n_head, n_head_kv, head_dim, head_dim_v,
+    NM_ASSERT(rows);
+    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, 0, rows, n_head, n_head_kv, head_dim, head_dim_v,
                      scale);
 }
 
 extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
                                int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm,
                                float eps, const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache,
-                               enum dtype kv_type, int64_t pos0, const int64_t *d_pos) {
+                               enum dtype kv_type, const int64_t *rows) {
     NM_ASSERT(head_dim <= 1024 && n_rot <= head_dim && n_rot % 2 == 0);
     if (m < 1) return;
     const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "rope_store", rope_store_kernel<float>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
-                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (float *)k_cache, (float *)v_cache, pos0,
-                   d_pos);
+                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (float *)k_cache, (float *)v_cache,
+                   rows);
     else {
         NM_ASSERT(kv_type == DTYPE_F16);
         cuk_launch(c, "rope_store", rope_store_kernel<__half>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
-                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (__half *)k_cache, (__half *)v_cache, pos0,
-                   d_pos);
+                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (__half *)k_cache, (__half *)v_cache,
+                   rows);
     }
 }
 

@@ -96,11 +96,6 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o) {
         }
 #undef IS
     }
-    if (o->launch.n_gpu_layers > 0 && o->n_slots > 1) {
-        fprintf(stderr, "error: -ngl holds one sequence for now: use -np 1 with -ngl (or -ngl 0 for %d slots)\n",
-                o->n_slots);
-        return 1;
-    }
     o->so.n_seq = o->n_slots;
     return -1;
 }

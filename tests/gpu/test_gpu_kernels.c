@@ -379,16 +379,18 @@ static void test_gemv_q8(krng *r) {
     printf("rmsnorm_q8, swiglu_q8: checked\n");
 }
 
-/* cuk_rope_store (position from the argument and from device memory) against op_rmsnorm +
- * op_rope on q and k and op_store_kv of the rotated k and of v at rows pos0 + i. */
+/* cuk_rope_store against op_rmsnorm + op_rope on q and k and op_store_kv of the rotated k and of
+ * v at each row's cache row: rows of one sequence (positions 11, 12, 13 from cache row 0), and
+ * rows of three (positions 7, 3, 9 of sequences starting at cache rows 0, 10 and 20). */
 static void test_rope_store(krng *r) {
     struct { int n_head, n_head_kv; int64_t hd, hdv, n_rot; int neox, norm; enum dtype kv; } cases[] = {
         {14, 2, 64, 64, 64, 1, 0, DTYPE_F16}, {8, 8, 128, 128, 128, 0, 1, DTYPE_F32}, {6, 2, 80, 96, 48, 0, 1, DTYPE_F16},
     };
     const int m = 3;
-    const int64_t n_ctx = 30, pos0 = 11;
+    const int64_t n_ctx = 30, places[2][3][2] = {{{11, 0}, {12, 0}, {13, 0}}, {{7, 0}, {3, 10}, {9, 20}}};
     for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++)
-        for (int use_dpos = 0; use_dpos < 2; use_dpos++) {
+        for (int pl = 0; pl < 2; pl++) {
+            const int64_t(*rows)[2] = places[pl];
             const int nh = cases[ci].n_head, nkv = cases[ci].n_head_kv;
             const int64_t hd = cases[ci].hd, hdv = cases[ci].hdv, nr = cases[ci].n_rot, es = cases[ci].kv == DTYPE_F16 ? 2 : 4;
             const int64_t qd = nh * hd, kd = nkv * hd, vd = nkv * hdv;
@@ -410,27 +412,27 @@ static void test_rope_store(krng *r) {
                 for (int h = 0; h < nh; h++) {
                     float *x = wq + i * qd + h * hd;
                     if (cases[ci].norm) op_rmsnorm(x, x, nw, hd, 1e-6f);
-                    op_rope(x, table + (pos0 + i) * nr, nr, cases[ci].neox);
+                    op_rope(x, table + rows[i][0] * nr, nr, cases[ci].neox);
                 }
                 for (int h = 0; h < nkv; h++) {
                     float *x = wk + i * kd + h * hd;
                     if (cases[ci].norm) op_rmsnorm(x, x, kw, hd, 1e-6f);
-                    op_rope(x, table + (pos0 + i) * nr, nr, cases[ci].neox);
+                    op_rope(x, table + rows[i][0] * nr, nr, cases[ci].neox);
                 }
             }
             float *dq = dev_from(q, m * qd * sizeof(float)), *dk = dev_from(k, m * kd * sizeof(float)),
                   *dv = dev_from(v, m * vd * sizeof(float)), *dt = dev_from(table, n_ctx * nr * sizeof(float)),
                   *dn = dev_from(nw, hd * sizeof(float)), *dkn = dev_from(kw, hd * sizeof(float));
             void *kc = cuk_malloc(g_ctx, n_ctx * kd * es, "k cache", NULL, 0), *vc = cuk_malloc(g_ctx, n_ctx * vd * es, "v cache", NULL, 0);
-            int64_t *dpos = dev_from(&pos0, sizeof pos0);
+            int64_t *drows = dev_from(rows, sizeof places[pl]);
             cuk_rope_store(g_ctx, dq, dk, dv, m, nh, nkv, hd, hdv, cases[ci].norm ? dn : NULL, cases[ci].norm ? dkn : NULL,
-                           1e-6f, dt, nr, cases[ci].neox, kc, vc, cases[ci].kv, use_dpos ? -1000 : pos0, use_dpos ? dpos : NULL);
+                           1e-6f, dt, nr, cases[ci].neox, kc, vc, cases[ci].kv, drows);
             float *gq = malloc(m * qd * sizeof(float)), *gk = malloc(m * kd * sizeof(float));
             to_host(gq, dq, m * qd * sizeof(float));
             to_host(gk, dk, m * kd * sizeof(float));
             char what[128];
             snprintf(what, sizeof what, "rope_store heads=%d/%d head_dim=%lld/%lld n_rot=%lld %s%s q", nh, nkv, (long long)hd,
-                     (long long)hdv, (long long)nr, cases[ci].kv == DTYPE_F16 ? "f16" : "f32", use_dpos ? " d_pos" : "");
+                     (long long)hdv, (long long)nr, cases[ci].kv == DTYPE_F16 ? "f16" : "f32", pl ? " 3 sequences" : "");
             check_close(gq, wq, m * qd, 1e-6, what);
             what[strlen(what) - 1] = 'k';
             check_close(gk, wk, m * kd, 1e-6, what);
@@ -438,12 +440,15 @@ static void test_rope_store(krng *r) {
                     *ev = calloc(n_ctx * vd, es);
             to_host(hk, kc, n_ctx * kd * es);
             to_host(hv, vc, n_ctx * vd * es);
-            op_store_kv(ek + pos0 * kd * es, gk, m * kd, cases[ci].kv);
-            op_store_kv(ev + pos0 * vd * es, v, m * vd, cases[ci].kv);
+            for (int i = 0; i < m; i++) {
+                const int64_t cr = rows[i][1] + rows[i][0]; /* the row's cache row */
+                op_store_kv(ek + cr * kd * es, gk + i * kd, kd, cases[ci].kv);
+                op_store_kv(ev + cr * vd * es, v + i * vd, vd, cases[ci].kv);
+            }
             if (memcmp(hk, ek, n_ctx * kd * es) != 0) ktest_fail("%s: K cache differs from op_store_kv of the rotated k", what);
             if (memcmp(hv, ev, n_ctx * vd * es) != 0) ktest_fail("%s: V cache differs from op_store_kv of v", what);
             cuk_free(dq); cuk_free(dk); cuk_free(dv); cuk_free(dt); cuk_free(dn); cuk_free(dkn);
-            cuk_free(kc); cuk_free(vc); cuk_free(dpos);
+            cuk_free(kc); cuk_free(vc); cuk_free(drows);
             free(table); free(q); free(k); free(v); free(wq); free(wk); free(gq); free(gk);
             free(hk); free(hv); free(ek); free(ev);
         }
@@ -615,24 +620,40 @@ static void test_attention(krng *r) {
         const bool tc = cuk_attention_tensor_cores(g_ctx, cases[ci].kv, m, hd, hdv);
         if (tc) strcat(what, " tensor cores");
         check_close(got, want, m * ldo, 5e-5, what);
-        /* the same with the position in device memory (the decode graph's form, always the f32
-         * kernel): identical, or for tensor-core rows as close to the reference as the f32 kernel */
-        if (tc) {
-            int64_t *dpos = dev_from(&pos0, sizeof pos0);
+        /* The same rows by the kernel of rows in device memory (the decode graph's form, always
+         * the f32 kernel), as a sequence whose positions start at cache row 5 of a cache whose
+         * rows 0..4 hold another's (large values, which must not leak in): identical to the
+         * above, or for tensor-core rows as close to the reference. */
+        {
+            const int64_t off = 5;
+            int64_t *rows = malloc((size_t)m * 2 * sizeof(int64_t));
+            for (int i = 0; i < m; i++) {
+                rows[2 * i] = pos0 + i;
+                rows[2 * i + 1] = off;
+            }
+            float *big = malloc((off * kr + off * vr) * sizeof(float));
+            for (int64_t i = 0; i < off * (kr + vr); i++) big[i] = 300.0f;
+            uint8_t *kc2 = malloc((off + n_kv) * kr * es), *vc2 = malloc((off + n_kv) * vr * es);
+            op_store_kv(kc2, big, off * kr, cases[ci].kv);
+            op_store_kv(vc2, big + off * kr, off * vr, cases[ci].kv);
+            memcpy(kc2 + off * kr * es, kc, n_kv * kr * es);
+            memcpy(vc2 + off * vr * es, vc, n_kv * vr * es);
+            void *dk2 = dev_from(kc2, (off + n_kv) * kr * es), *dv2 = dev_from(vc2, (off + n_kv) * vr * es);
+            int64_t *drows = dev_from(rows, (size_t)m * 2 * sizeof(int64_t));
             float *got2 = malloc(m * ldo * sizeof(float));
-            cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, dpos, nh, nkv, hd, hdv, scale);
+            cuk_attention_at(g_ctx, dout, ldo, dq, dk2, dv2, cases[ci].kv, m, drows, nh, nkv, hd, hdv, scale);
             to_host(got2, dout, m * ldo * sizeof(float));
-            check_close(got2, want, m * ldo, 5e-5, what);
+            if (tc) check_close(got2, want, m * ldo, 5e-5, what);
+            else if (memcmp(got2, got, m * ldo * sizeof(float)) != 0)
+                ktest_fail("%s: attention_at differs from attention", what);
             free(got2);
-            cuk_free(dpos);
-        } else {
-            int64_t *dpos = dev_from(&pos0, sizeof pos0);
-            float *got2 = malloc(m * ldo * sizeof(float));
-            cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, cases[ci].kv, m, dpos, nh, nkv, hd, hdv, scale);
-            to_host(got2, dout, m * ldo * sizeof(float));
-            if (memcmp(got2, got, m * ldo * sizeof(float)) != 0) ktest_fail("%s: attention_at differs from attention", what);
-            free(got2);
-            cuk_free(dpos);
+            free(rows);
+            free(big);
+            free(kc2);
+            free(vc2);
+            cuk_free(dk2);
+            cuk_free(dv2);
+            cuk_free(drows);
         }
         cuk_free(dk);
         cuk_free(dv);

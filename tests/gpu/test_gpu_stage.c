@@ -5,7 +5,8 @@
  * within a tolerance per weight type and the same greedy tokens (a differing token is allowed
  * only where the CPU's own top two logits are closer than the tolerance says they can be told
  * apart). Also: top-k on the device against the host's sort of the GPU's logits, rewinding with
- * gpu_stage_truncate, and the weight bytes moved after load (must be 0).
+ * gpu_stage_truncate, the weight bytes moved after load (must be 0), and (multi_seq) three
+ * sequences of the same tokens in batches that mix them, against the same CPU logits.
  *
  *   test_gpu_stage PRESET TYPE DIR [--long]     (--long: a 2100-token prompt, n_batch 512)
  * Exit 77 without a CUDA device. */
@@ -58,6 +59,103 @@ static void compare_layer(void *ctx, int layer, int64_t pos0, const float *x, in
         const double d = gtest_rel_l2(x + (int64_t)i * n_embd, want + (int64_t)i * n_embd, n_embd);
         if (d > c->worst[layer]) c->worst[layer] = d;
     }
+}
+
+/* Sums of the multi-sequence check: squared differences from the CPU's logits and squared CPU
+ * logits over all rows (rel L2 as gtest_rel_l2 over the whole run), and the worst row. */
+struct mseq {
+    double num, den, worst_row;
+    int rows;
+};
+
+/* One batch of the multi-sequence check: rows (seq, pos) of the token stream h, every row asking
+ * for logits, each compared with the CPU's logits of its position (cpu: a row per position). */
+static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int64_t V, const float *cpu,
+                            const int32_t *seq, const int64_t *pos, int n, struct mseq *acc) {
+    float *hid = malloc((size_t)(n * E) * sizeof(float)), *lg = malloc((size_t)(n * V) * sizeof(float));
+    bool *ask = malloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        memcpy(hid + i * E, h + pos[i] * E, (size_t)E * sizeof(float));
+        ask[i] = true;
+    }
+    char err[512];
+    const struct stage_batch b = {.n = n, .hidden = hid, .seq = seq, .pos = pos, .logits = ask};
+    if (gpu_stage_eval_batch(s, &b, lg, err, sizeof err)) FAIL("multi-sequence batch: %s", err);
+    else
+        for (int i = 0; i < n; i++) {
+            const float *g = lg + i * V, *w = cpu + pos[i] * V;
+            for (int64_t v = 0; v < V; v++) {
+                acc->num += ((double)g[v] - w[v]) * ((double)g[v] - w[v]);
+                acc->den += (double)w[v] * w[v];
+            }
+            acc->worst_row = fmax(acc->worst_row, gtest_rel_l2(g, w, V));
+            acc->rows++;
+        }
+    free(hid);
+    free(lg);
+    free(ask);
+}
+
+/* Three sequences of the same tokens through one stage of n_seq 3 and n_batch 16: prompts in
+ * batches mixing the sequences (a run of 10 rows, which takes the tensor-core attention, next to
+ * runs of 1 to 4; batches of 17 rows cut into two chunks inside a run), then decode steps of one
+ * row per sequence (the 3-row GEMV path), then sequence 1 rewound by one and that row again alone
+ * (the graph, at sequence 1's region). Every row against the CPU's logits of its position. */
+static void multi_seq(const struct model *m, int64_t lf, const float *h, const float *cpu, int n_prompt, int n_gen,
+                      int64_t n_ctx, enum dtype kv, double tol) {
+    const struct model_config *c = &m->cfg;
+    const int64_t E = c->n_embd, V = c->n_vocab, n_pos = n_prompt + n_gen;
+    struct gpu_stage *s;
+    char err[512];
+    const struct gpu_stage_params gp = {.device = 0, .layer_first = lf, .n_ctx = 3 * n_ctx, .n_batch = 16,
+                                        .kv_type = kv, .n_seq = 3};
+    if (gpu_stage_open(&s, m->file, c, &gp, err, sizeof err)) {
+        FAIL("gpu_stage_open with 3 sequences: %s", err);
+        return;
+    }
+    struct mseq acc = {0};
+    int32_t seq[32];
+    int64_t pos[32];
+    /* prompt batches: {sequence, first position, rows} runs */
+    const int runs[3][3][3] = {{{1, 0, 10}, {0, 0, 3}, {2, 0, 1}},
+                               {{0, 3, 13}, {2, 1, 4}, {0, 0, 0}},
+                               {{1, 10, 6}, {2, 5, 11}, {0, 0, 0}}};
+    for (int bi = 0; bi < 3; bi++) {
+        int n = 0;
+        for (int r = 0; r < 3; r++)
+            for (int j = 0; j < runs[bi][r][2] && runs[bi][r][1] + j < n_prompt; j++) {
+                seq[n] = runs[bi][r][0];
+                pos[n++] = runs[bi][r][1] + j;
+            }
+        multi_seq_batch(s, h, E, V, cpu, seq, pos, n, &acc);
+    }
+    for (int g = 0; g < n_gen; g++) {
+        for (int q = 0; q < 3; q++) {
+            seq[q] = q;
+            pos[q] = n_prompt + g;
+        }
+        multi_seq_batch(s, h, E, V, cpu, seq, pos, 3, &acc);
+    }
+    gpu_stage_seq_keep(s, 1, n_pos - 1);
+    seq[0] = 1;
+    pos[0] = n_pos - 1;
+    multi_seq_batch(s, h, E, V, cpu, seq, pos, 1, &acc);
+    /* a row at the wrong position is refused, naming it */
+    {
+        const struct stage_batch b = {.n = 1, .hidden = h, .seq = seq, .pos = pos, .logits = (const bool[]){true}};
+        if (gpu_stage_eval_batch(s, &b, NULL, err, sizeof err) != NM_ERR_ARGS || !strstr(err, "position"))
+            FAIL("a row at position %lld of sequence 1 (which holds %lld) was not refused with a message naming it",
+                 (long long)pos[0], (long long)gpu_stage_seq_pos(s, 1));
+    }
+    const double rel = acc.den > 0 ? sqrt(acc.num / acc.den) : INFINITY;
+    printf("  layer_first=%lld, 3 sequences in mixed batches: logits rel L2 %.2e (worst row %.2e, tolerance %.0e) "
+           "over %d rows\n",
+           (long long)lf, rel, acc.worst_row, tol, acc.rows);
+    const int want_rows = 3 * (n_prompt + n_gen) + 1;
+    if (!(rel <= tol) || acc.rows != want_rows)
+        FAIL("layer_first=%lld: 3 sequences in mixed batches: logits rel L2 %.3e (tolerance %.0e) over %d rows of %d",
+             (long long)lf, rel, tol, acc.rows, want_rows);
+    gpu_stage_free(s);
 }
 
 static double tolerance(enum dtype t) {
@@ -230,6 +328,8 @@ int main(int argc, char **argv) {
             free(pl);
             free(done);
         }
+        if (!long_prompt && (lf == 0 || lf == L / 2))
+            multi_seq(m, lf, h, cpu_logits, n_prompt, n_gen, n_ctx, kv, tol);
         /* rewind one token and evaluate it again: the same logits */
         if (!long_prompt) {
             float *again = malloc((size_t)V * sizeof(float));

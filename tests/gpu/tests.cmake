@@ -95,3 +95,11 @@ foreach(case "tiny-llama31;q4_0" "tiny-qwen3moe;f32")
   set_tests_properties(gpu_pipeline_long_${preset}_${type} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu TIMEOUT 600
                        ENVIRONMENT "LONG=1;NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
 endforeach()
+
+# numallm serve with -ngl and several slots: the stage holds the slots' sequences, a step's rows of
+# several sequences go through it together (in-process and with the GPU rank under mpirun).
+add_test(NAME gpu_serve
+         COMMAND bash ${NM_GTEST_DIR}/serve_gpu.sh $<TARGET_FILE:numallm> ${CMAKE_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/serve_gpu)
+set_tests_properties(gpu_serve PROPERTIES SKIP_RETURN_CODE 77 LABELS "gpu;serve" TIMEOUT 600
+                     ENVIRONMENT "NM_PYTHON=${NM_PYTHON};ASAN_OPTIONS=detect_leaks=0")
