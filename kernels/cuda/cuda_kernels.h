@@ -91,7 +91,7 @@ void cuk_sync(struct cuk_ctx *c);
 bool cuk_matmul_type_supported(enum dtype t);
 
 /* Rows at most this count go through the GEMV, larger ones through dequantized tiles + cuBLAS. */
-#define CUK_GEMV_MAX_ROWS 4
+#define CUK_GEMV_MAX_ROWS 8
 
 /* y[i][0..n) = W x[i] for i < m: W is n rows of k values of type t (ggml blocks, rows of
  * dtype_row_size(t, k) bytes, device memory), x is [m][ldx] f32, y is [m][ldy] f32. k must be

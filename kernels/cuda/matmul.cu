@@ -445,8 +445,9 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
  * asynchronous loads of vec bytes (16 where the row and stage offsets allow) while its lanes
  * decode stage i from there (units lane, lane + 32, ...): the blocks' odd sizes (18, 34, 210
  * bytes) only allow 2-byte loads, which from global memory would cost several L1 wavefronts
- * each. A row's sum is the warp's shuffle sum of its lanes' sums. */
-template <class Q>
+ * each. A row's sum is the warp's shuffle sum of its lanes' sums. MR: the most activation rows
+ * (m <= MR), so that one row's kernel keeps one accumulator per lane, not CUK_GEMV_MAX_ROWS. */
+template <class Q, int MR>
 __global__ void __launch_bounds__(GQ_WARPS * 32)
     gemv_q8_kernel(const Q q, gemv_q8_outs o, size_t row_bytes, int units, int su, int stage_bytes,
                    const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as, int64_t k, int m, int vec) {
@@ -479,7 +480,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 #pragma unroll
     for (int i = 0; i < GQ_DEPTH - 1; i++) fetch(i);
     cuk_grid_wait();
-    float acc[CUK_GEMV_MAX_ROWS] = {};
+    float acc[MR] = {};
     for (int it = 0; it < n_items; it++) {
         fetch(it + GQ_DEPTH - 1);
         cp_async_wait<GQ_DEPTH - 1>();
@@ -491,13 +492,13 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 #pragma unroll 2
         for (int u = lane; u < nu; u += 32)
 #pragma unroll
-            for (int r = 0; r < CUK_GEMV_MAX_ROWS; r++)
+            for (int r = 0; r < MR; r++)
                 if (r < m) acc[r] += q.dot(sm, u, au + r * k, sa + r * (k / 32));
         __syncwarp(); /* every lane is done with this buffer before it is refilled */
         if (ch == chunks - 1) {
             const gq_out d = gq_find(o, gw + it / chunks * G);
 #pragma unroll
-            for (int r = 0; r < CUK_GEMV_MAX_ROWS; r++) {
+            for (int r = 0; r < MR; r++) {
                 if (r >= m) break;
                 const float v = cuk_warp_reduce(acc[r], cuk_op_add());
                 acc[r] = 0.0f;
@@ -830,6 +831,30 @@ extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
     }
 }
 
+/* gemv_q8_kernel<QQ, MR> with as many warps as fit on the device at once, each given the same
+ * number of rows (the last block's warps may have one fewer), so that no partial wave of blocks
+ * trails. */
+template <class QQ, int MR>
+void gemv_q8_launch(struct cuk_ctx *c, const QQ qv, const gemv_q8_outs &o, size_t rb, int64_t k, int su,
+                    int stage_bytes, size_t smem, const int8_t *q, const cuk_q8s *s, int m, int vec) {
+    static_assert(MR <= CUK_GEMV_MAX_ROWS, "MR");
+    static int per_sm = 0; /* per type and MR (the stage size is fixed per type), and per process: a
+                              GPU rank drives one device, so one kind of device */
+    if (!per_sm) {
+        CUK_CHECK(cudaFuncSetAttribute(gemv_q8_kernel<QQ, MR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "shared memory of the q8 GEMV");
+        CUK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_kernel<QQ, MR>, GQ_WARPS * 32, smem),
+                  "occupancy of the q8 GEMV");
+    }
+    const int64_t rows = o.n_rows;
+    const int64_t max_warps = (int64_t)NM_MAX(per_sm, 1) * c->sm_count * GQ_WARPS;
+    const int64_t rows_per_warp = (rows + max_warps - 1) / max_warps;
+    const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
+    const unsigned blocks = (unsigned)((warps + GQ_WARPS - 1) / GQ_WARPS);
+    cuk_launch(c, "gemv_q8", gemv_q8_kernel<QQ, MR>, blocks, GQ_WARPS * 32, smem, qv, o, rb, (int)(k / QQ::UV), su,
+               stage_bytes, q, s, k, m, vec);
+}
+
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
                             const struct cuk_gemv_out *outs, int n_outs) {
     NM_ASSERT(cuk_gemv_q8_supported(t) && k % dtype_get((uint32_t)t)->blck_size == 0);
@@ -865,22 +890,9 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
         const int stage_bytes = su / qv.UPB * qv.BB;
         NM_ASSERT(su % qv.UPB == 0 && stage_bytes % 16 == 0 && stage_bytes <= GQ_STAGE_MAX);
         const size_t smem = (size_t)GQ_WARPS * GQ_DEPTH * (size_t)stage_bytes;
-        /* As many warps as fit on the device at once, each given the same number of rows (the
-         * last block's warps may have one fewer), so that no partial wave of blocks trails. */
-        static int per_sm = 0; /* per type (its stage size is fixed), and per process: a GPU rank
-                                  drives one device, so one kind of device */
-        if (!per_sm) {
-            CUK_CHECK(cudaFuncSetAttribute(gemv_q8_kernel<QQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                      "shared memory of the q8 GEMV");
-            CUK_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_q8_kernel<QQ>, GQ_WARPS * 32, smem),
-                      "occupancy of the q8 GEMV");
-        }
-        const int64_t max_warps = (int64_t)NM_MAX(per_sm, 1) * c->sm_count * GQ_WARPS;
-        const int64_t rows_per_warp = (rows + max_warps - 1) / max_warps;
-        const int64_t warps = (rows + rows_per_warp - 1) / rows_per_warp;
-        const unsigned blocks = (unsigned)((warps + GQ_WARPS - 1) / GQ_WARPS);
-        cuk_launch(c, "gemv_q8", gemv_q8_kernel<QQ>, blocks, GQ_WARPS * 32, smem, qv, o, rb, (int)(k / QQ::UV), su,
-                   stage_bytes, q, s, k, m, vec);
+        if (m == 1) gemv_q8_launch<QQ, 1>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
+        else if (m <= 4) gemv_q8_launch<QQ, 4>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
+        else gemv_q8_launch<QQ, 8>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
     });
 }
 

@@ -5,13 +5,11 @@
 # with every row of a step, of several sequences, on the stage; the steps batched rows; a client
 # that goes away frees its slot; SIGTERM ends the job cleanly. The model has f32 weights, so
 # alone and together differ at most by f32 rounding (the prompt GEMM against the decode GEMV),
-# which moves no greedy choice of this model. Exit 77 (skipped) without a CUDA device, the shared
-# tokenizer data, curl, or serve.
+# which moves no greedy choice of this model. The model's tokenizer is mkmodel's own. Exit 77
+# (skipped) without a CUDA device, curl, or serve.
 set -u
 NUMALLM=$1 SRC=$2 WORK=$3
 PY=${NM_PYTHON:-/usr/bin/python3}
-VOCAB=$SRC/../shared/data/tokenizer/ggml-vocab-gpt-2.gguf
-if [ ! -f "$VOCAB" ]; then echo "SKIP: $VOCAB not found (the shared tokenizer data)"; exit 77; fi
 command -v curl >/dev/null || { echo "SKIP: curl not found (launcher/setup.sh installs it)"; exit 77; }
 "$NUMALLM" serve --help >/dev/null 2>&1 || { echo "SKIP: numallm was built without serve (libmicrohttpd, jansson)"; exit 77; }
 PIDS=()
@@ -21,7 +19,7 @@ RANKS=1
 fail() { echo "serve_gpu: FAIL ($RANKS CPU rank(s)): $1"; echo "--- server log:"; tail -20 "$WORK/server.log" 2>/dev/null
          echo "repro: bash $0 $NUMALLM $SRC $WORK"; exit 1; }
 mkdir -p "$WORK" && cd "$WORK" || fail "cannot use $WORK"
-"$NUMALLM" mkmodel --preset tiny-qwen2 --type f32 -o m.gguf --vocab-from "$VOCAB" --seed 4 2>/dev/null || fail mkmodel
+"$NUMALLM" mkmodel --preset tiny-qwen2 --type f32 -o m.gguf --seed 4 2>/dev/null || fail mkmodel
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 jget() { "$PY" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
 

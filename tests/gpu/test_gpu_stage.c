@@ -328,7 +328,10 @@ int main(int argc, char **argv) {
             free(pl);
             free(done);
         }
-        if (!long_prompt && (lf == 0 || lf == L / 2))
+        /* Not for an MoE model with quantized weights: its batches of other sizes round the
+         * router's inputs differently from the CPU's (f16 prompt tiles, int8 GEMV), and a router
+         * near-tie then picks another expert for some row (the long-prompt MoE test says the same) */
+        if (!long_prompt && (lf == 0 || lf == L / 2) && !(c->n_expert > 0 && dtype_uses_q8x(type)))
             multi_seq(m, lf, h, cpu_logits, n_prompt, n_gen, n_ctx, kv, tol);
         /* rewind one token and evaluate it again: the same logits */
         if (!long_prompt) {
