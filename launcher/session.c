@@ -2,6 +2,7 @@
 #include "session.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,12 @@ int session_serve_gpu(const struct session_opts *o) {
     struct coll_options go = {.strict = o->strict, .quiet = true, .group = 2};
     struct coll *alone = coll_init(&go); /* pairs with the CPU ranks' split into their own group */
     coll_set_timeout(world, 1e6);        /* requests come when a user types (chat) */
+    /* The GPU rank stops when rank 0 says so (PIPE_EXIT): a SIGINT/SIGTERM that mpirun forwards to
+     * every process is rank 0's to act on (a server finishes its requests first, then closes the
+     * stage); had it ended this rank, mpirun would have killed the job under rank 0's feet. A job
+     * whose CPU ranks die still ends: mpirun kills the rest. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
     nm_log_set_origin("gpu");
     const int node = o->launch.gpu_node;
     if (node >= 0 && arena_bind_process_to_node(node))
