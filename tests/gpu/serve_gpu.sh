@@ -12,30 +12,18 @@ NUMALLM=$1 SRC=$2 WORK=$3
 PY=${NM_PYTHON:-/usr/bin/python3}
 command -v curl >/dev/null || { echo "SKIP: curl not found (launcher/setup.sh installs it)"; exit 77; }
 "$NUMALLM" serve --help >/dev/null 2>&1 || { echo "SKIP: numallm was built without serve (libmicrohttpd, jansson)"; exit 77; }
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-RANKS=1
-fail() { echo "serve_gpu: FAIL ($RANKS CPU rank(s)): $1"; echo "--- server log:"; tail -20 "$WORK/server.log" 2>/dev/null
+RANKS=1 # lib.sh starts the server in-process; --ranks below asks the launcher for its mpirun job
+source "$SRC/tests/serve/lib.sh"
+trap serve_cleanup EXIT
+NR=1
+fail() { echo "serve_gpu: FAIL ($NR CPU rank(s)): $1"; echo "--- server log:"; tail -20 "$WORK/server.log" 2>/dev/null
          echo "repro: bash $0 $NUMALLM $SRC $WORK"; exit 1; }
 mkdir -p "$WORK" && cd "$WORK" || fail "cannot use $WORK"
 "$NUMALLM" mkmodel --preset tiny-qwen2 --type f32 -o m.gguf --seed 4 2>/dev/null || fail mkmodel
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 jget() { "$PY" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
 
-for RANKS in 1 2; do
-  port=$(free_port)
-  URL=http://127.0.0.1:$port
-  "$NUMALLM" serve -m m.gguf --port "$port" -t 1 -ngl 99 --strict -np 3 -c 1536 --ranks "$RANKS" >server.log 2>&1 &
-  PID=$!
-  PIDS+=("$PID")
-  up=0
-  for _ in $(seq 1 240); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$URL/health")" = 200 ] && { up=1; break; }
-    kill -0 "$PID" 2>/dev/null || break
-    sleep 0.5
-  done
-  if [ $up = 0 ]; then
+for NR in 1 2; do
+  if ! serve_start m.gguf server.log -ngl 99 --strict -np 3 -c 1536 --ranks "$NR"; then
     grep -qE "needs a GPU|no CUDA device" server.log && { echo "SKIP: $(grep -oE 'no CUDA device.*' server.log | head -1)"; exit 77; }
     fail "the server did not become healthy"
   fi
@@ -63,27 +51,12 @@ for RANKS in 1 2; do
 m = dict(l.split() for l in open('metrics.txt') if l.startswith('numallm_'))
 assert float(m['numallm_batch_rows_total']) > float(m['numallm_steps_total']), m
 " || fail "no step batched several rows: $(grep -E 'steps|rows' metrics.txt)"
+  serve_check_client_gone || fail "the slot of a client gone was not freed: $(grep -E 'cancelled|processing' metrics.txt)"
 
-  # a client that goes away frees its slot
-  curl -sN --max-time 60 -d '{"prompt": "Go on", "max_tokens": 100000, "ignore_eos": true, "stream": true}' \
-    "$URL/v1/completions" | head -c 1 >/dev/null
-  ok=0
-  for _ in $(seq 1 40); do
-    curl -s --max-time 10 "$URL/metrics" >metrics.txt
-    if grep -q '^numallm_requests_cancelled_total [1-9]' metrics.txt && grep -q '^numallm_requests_processing 0$' metrics.txt; then
-      ok=1; break
-    fi
-    sleep 0.5
-  done
-  [ $ok = 1 ] || fail "the slot of a client gone was not freed: $(grep -E 'cancelled|processing' metrics.txt)"
-
-  kill -TERM "$PID"
-  for _ in $(seq 1 60); do kill -0 "$PID" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$PID" 2>/dev/null && fail "the server did not exit within 30 s of SIGTERM"
-  wait "$PID"
-  for r in $(seq 0 $((RANKS - 1))); do
+  serve_stop || fail "the server did not exit within 60 s of SIGTERM"
+  for r in $(seq 0 $((NR - 1))); do
     grep -q "r$r.*serve: stopped" server.log || fail "rank $r did not stop cleanly"
   done
-  echo "serve_gpu: $RANKS CPU rank(s): 6 concurrent requests on 3 slots equal to each alone"
+  echo "serve_gpu: $NR CPU rank(s): 6 concurrent requests on 3 slots equal to each alone"
 done
 echo "serve_gpu: PASS"

@@ -49,3 +49,19 @@ serve_stop() {
 }
 
 serve_cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
+
+# serve_check_client_gone: a streaming client that leaves after the first bytes (head exits,
+# curl's next write ends it), long before its slot's positions are generated however fast the
+# machine; its slot must be freed (a request cancelled, none processing) within 20 s. 1 when it
+# is not; the last /metrics in $WORK/metrics.txt either way.
+serve_check_client_gone() {
+  curl -sN --max-time 60 -d '{"prompt": "Go on", "max_tokens": 100000, "ignore_eos": true, "stream": true}' \
+    "$URL/v1/completions" | head -c 1 >/dev/null
+  for _ in $(seq 1 40); do
+    curl -s --max-time 10 "$URL/metrics" >"$WORK/metrics.txt"
+    grep -q '^numallm_requests_cancelled_total [1-9]' "$WORK/metrics.txt" &&
+      grep -q '^numallm_requests_processing 0$' "$WORK/metrics.txt" && return 0
+    sleep 0.5
+  done
+  return 1
+}

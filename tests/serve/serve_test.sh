@@ -17,6 +17,7 @@ if [ ! -f "$VOCAB" ]; then echo "SKIP: $VOCAB not found (the shared tokenizer da
 command -v curl >/dev/null || { echo "SKIP: curl not found (launcher/setup.sh installs it)"; exit 77; }
 "$NUMALLM" serve --help >/dev/null 2>&1 || { echo "SKIP: numallm was built without serve (libmicrohttpd, jansson)"; exit 77; }
 repro="bash $0 $NUMALLM $SRC $WORK $RANKS ${MPIRUN[*]}"
+source "$SRC/tests/serve/lib.sh" # serve_check_client_gone
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; }
 trap cleanup EXIT
@@ -24,8 +25,6 @@ fail() { echo "serve_test: FAIL ($RANKS rank(s)): $1"; echo "--- server log:"; t
 mkdir -p "$WORK" && cd "$WORK" || fail "cannot use $WORK"
 "$NUMALLM" mkmodel --preset tiny-qwen2 --type q8_0 -o m.gguf --vocab-from "$VOCAB" --seed 4 2>/dev/null || fail mkmodel
 
-# A free port: the kernel's choice for a socket bound to port 0.
-free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # start_server LOG ARGS...: sets PID and URL; waits (at most 120 s) for /health to answer 200.
 start_server() {
   local log=$1; shift
@@ -160,19 +159,7 @@ assert float(m['numallm_prompt_tokens_cached_total']) > 0, m  # repeated prompts
 " || fail "no step batched several rows, or no prefix was reused: $(grep -E 'steps|rows|cached' metrics.txt)"
 
 # ---- a client that goes away frees its slot ----
-# It leaves after the first bytes of its stream (head exits, curl's next write ends it), long
-# before the slot's 512 positions are generated, however fast the machine.
-curl -sN --max-time 60 -d '{"prompt": "Go on", "max_tokens": 100000, "ignore_eos": true, "stream": true}' \
-  "$URL/v1/completions" | head -c 1 >/dev/null
-ok=0
-for _ in $(seq 1 40); do
-  curl -s --max-time 10 "$URL/metrics" >metrics.txt
-  if grep -q '^numallm_requests_cancelled_total [1-9]' metrics.txt && grep -q '^numallm_requests_processing 0$' metrics.txt; then
-    ok=1; break
-  fi
-  sleep 0.5
-done
-[ $ok = 1 ] || fail "the slot of a client gone was not freed: $(grep -E 'cancelled|processing' metrics.txt)"
+serve_check_client_gone || fail "the slot of a client gone was not freed: $(grep -E 'cancelled|processing' metrics.txt)"
 
 # ---- SIGTERM: a clean exit ----
 kill -TERM "$PID"
