@@ -827,30 +827,15 @@ static enum nm_status batch_check(struct engine *e, const struct engine_batch *b
     if (b->n < 1 || b->n > e->n_batch)
         return nm_errf(err, errlen, NM_ERR_ARGS, "a batch of %d rows; allowed are 1..%d (the batch size)", b->n,
                        e->n_batch);
-    memset(e->seq_seen, 0, (size_t)e->n_seq);
     int n_out = 0;
-    enum nm_status st = NM_OK;
-    for (int i = 0; i < b->n && !st; i++) {
-        const int32_t s = b->seq[i];
-        const bool continues = i > 0 && b->seq[i - 1] == s;
+    for (int i = 0; i < b->n; i++) {
         n_out += b->logits[i];
         if (b->token[i] < 0 || b->token[i] >= n_vocab)
-            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: token id %d is outside the vocabulary 0..%lld", i,
-                         b->token[i], (long long)n_vocab - 1);
-        else if (s < 0 || s >= e->n_seq)
-            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: sequence %d; the engine holds 0..%d", i, s, e->n_seq - 1);
-        else if (!continues && e->seq_seen[s])
-            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: the rows of sequence %d are not adjacent", i, s);
-        else if (b->pos[i] != (continues ? b->pos[i - 1] + 1 : e->seq_pos[s]))
-            st = nm_errf(err, errlen, NM_ERR_ARGS, "row %d: position %lld of sequence %d; the next one is %lld", i,
-                         (long long)b->pos[i], s, (long long)(continues ? b->pos[i - 1] + 1 : e->seq_pos[s]));
-        else if (b->pos[i] >= e->kv.n_ctx_seq)
-            st = nm_errf(err, errlen, NM_ERR_ARGS,
-                         "row %d: position %lld of sequence %d does not fit in its context of %lld positions (raise -c)",
-                         i, (long long)b->pos[i], s, (long long)e->kv.n_ctx_seq);
-        else
-            e->seq_seen[s] = 1;
+            return nm_errf(err, errlen, NM_ERR_ARGS, "row %d: token id %d is outside the vocabulary 0..%lld", i,
+                           b->token[i], (long long)n_vocab - 1);
     }
+    enum nm_status st = kv_batch_check(b->n, b->seq, b->pos, e->n_seq, e->seq_pos, e->kv.n_ctx_seq, e->seq_seen,
+                                       "the engine", err, errlen);
     if (st) return st;
     if (n_out > 0 && !logits && !e->m->head_remote) /* the stage may keep them (engine_sample) */
         return nm_errf(err, errlen, NM_ERR_ARGS, "%d rows ask for logits but no buffer was given", n_out);

@@ -453,7 +453,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->xq = dalloc(s, B * NM_MAX(max_k, ff_rows), "rounded matmul inputs", &st, err, errlen);
     const size_t q8_bytes = cuk_q8_bytes(CUK_GEMV_MAX_ROWS, NM_MAX(NM_MAX(max_k, ff_rows), E) + 32);
     if (!st && !(s->xq8 = cuk_malloc(s->ctx, q8_bytes, "int8 matmul inputs", err, errlen))) st = NM_ERR_NOMEM;
-    s->d_rows = (int64_t *)dalloc(s, 4 * B, "row positions", &st, err, errlen);
+    s->d_rows = (int64_t *)dalloc(s, 4 * B, "row positions", &st, err, errlen); /* [B][2] int64: 4 B floats */
     if (s->n_expert > 0) {
         s->router = dalloc(s, B * s->n_expert, "router logits", &st, err, errlen);
         s->moe_w = dalloc(s, B * nu, "expert weights", &st, err, errlen);
@@ -890,37 +890,13 @@ static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const st
     }
 }
 
-/* The batch rules (gpu_stage.h), checked before anything changes. */
-static enum nm_status batch_check(struct gpu_stage *s, const struct stage_batch *b, char *err, size_t errlen) {
-    if (b->n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: no rows to evaluate");
-    memset(s->seq_seen, 0, (size_t)s->n_seq);
-    for (int i = 0; i < b->n; i++) {
-        const int32_t q = b->seq[i];
-        const bool continues = i > 0 && b->seq[i - 1] == q;
-        if (q < 0 || q >= s->n_seq)
-            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: row %d: sequence %d; the stage holds 0..%d", i, q,
-                           s->n_seq - 1);
-        if (!continues && s->seq_seen[q])
-            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: row %d: the rows of sequence %d are not adjacent", i, q);
-        const int64_t next = continues ? b->pos[i - 1] + 1 : s->seq_pos[q];
-        if (b->pos[i] != next)
-            return nm_errf(err, errlen, NM_ERR_ARGS,
-                           "GPU stage: row %d: position %lld of sequence %d; the next one is %lld (truncate first)", i,
-                           (long long)b->pos[i], q, (long long)next);
-        if (b->pos[i] >= s->n_ctx_seq)
-            return nm_errf(err, errlen, NM_ERR_ARGS,
-                           "GPU stage: row %d: position %lld of sequence %d does not fit in its context of %lld "
-                           "tokens (raise -c)",
-                           i, (long long)b->pos[i], q, (long long)s->n_ctx_seq);
-        s->seq_seen[q] = 1;
-    }
-    return NM_OK;
-}
-
 enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batch *b, float *logits, char *err,
                                     size_t errlen) {
-    enum nm_status st = batch_check(s, b, err, errlen);
-    if (st) return st;
+    if (b->n < 1) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: no rows to evaluate");
+    char why[400];
+    enum nm_status st = kv_batch_check(b->n, b->seq, b->pos, s->n_seq, s->seq_pos, s->n_ctx_seq, s->seq_seen,
+                                       "the stage", why, sizeof why);
+    if (st) return nm_errf(err, errlen, st, "GPU stage: %s", why);
     const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
     int *head = malloc((size_t)NM_MIN(b->n, s->n_batch) * sizeof *head);
     NM_ASSERT(head);

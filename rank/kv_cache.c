@@ -1,6 +1,7 @@
 /* KV cache allocation (see kv_cache.h). */
 #include "kv_cache.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,4 +49,27 @@ void kv_cache_free(struct kv_cache *kv) {
     free(kv->k);
     free(kv->v);
     memset(kv, 0, sizeof *kv);
+}
+
+enum nm_status kv_batch_check(int n, const int32_t *seq, const int64_t *pos, int n_seq, const int64_t *seq_pos,
+                              int64_t n_ctx_seq, uint8_t *seen, const char *holder, char *err, size_t errlen) {
+    memset(seen, 0, (size_t)n_seq);
+    for (int i = 0; i < n; i++) {
+        const int32_t s = seq[i];
+        const bool continues = i > 0 && seq[i - 1] == s;
+        if (s < 0 || s >= n_seq)
+            return nm_errf(err, errlen, NM_ERR_ARGS, "row %d: sequence %d; %s holds 0..%d", i, s, holder, n_seq - 1);
+        if (!continues && seen[s])
+            return nm_errf(err, errlen, NM_ERR_ARGS, "row %d: the rows of sequence %d are not adjacent", i, s);
+        const int64_t next = continues ? pos[i - 1] + 1 : seq_pos[s];
+        if (pos[i] != next)
+            return nm_errf(err, errlen, NM_ERR_ARGS, "row %d: position %lld of sequence %d; the next one is %lld", i,
+                           (long long)pos[i], s, (long long)next);
+        if (pos[i] >= n_ctx_seq)
+            return nm_errf(err, errlen, NM_ERR_ARGS,
+                           "row %d: position %lld of sequence %d does not fit in its context of %lld positions (raise -c)",
+                           i, (long long)pos[i], s, (long long)n_ctx_seq);
+        seen[s] = 1;
+    }
+    return NM_OK;
 }

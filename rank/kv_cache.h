@@ -8,8 +8,10 @@
 #ifndef NM_KV_CACHE_H
 #define NM_KV_CACHE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
+#include "base.h"
 #include "types.h"
 
 struct kv_cache {
@@ -43,5 +45,13 @@ static inline void *kv_v(const struct kv_cache *kv, int64_t layer, int64_t cell)
     const size_t es = kv->type == DTYPE_F16 ? 2 : 4;
     return kv->v + ((size_t)(layer * kv->n_ctx + cell) * (size_t)kv->v_row) * es;
 }
+
+/* The sequence rules of a batch (forward.h's engine_batch, pipeline.h's stage_batch), checked
+ * before anything changes: row i is at position pos[i] of sequence seq[i] (0 .. n_seq-1), a
+ * sequence's rows are adjacent and continue it from seq_pos[seq] (the positions it holds), and
+ * every position fits in its n_ctx_seq. seen: n_seq bytes of scratch. NM_ERR_ARGS with a
+ * message naming the row ("holder" names who holds the sequences), else NM_OK. */
+enum nm_status kv_batch_check(int n, const int32_t *seq, const int64_t *pos, int n_seq, const int64_t *seq_pos,
+                              int64_t n_ctx_seq, uint8_t *seen, const char *holder, char *err, size_t errlen);
 
 #endif
