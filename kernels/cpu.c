@@ -1,6 +1,6 @@
 /* CPU feature detection (CPUID + XGETBV) and the choice of the kernel table for this process
  * (see cpu.h). The reference table wraps the _ref functions of quant.h; the avx512 table is
- * filled by kernels/x86-avx512/. */
+ * filled by kernels/x86-avx512/, the avx2 table by kernels/x86-avx2/. */
 #include "cpu.h"
 
 #include "ops.h"
@@ -14,6 +14,7 @@
 
 #include "base.h"
 #include "blocks/block.h"
+#include "x86-avx2/avx2.h"
 #include "x86-avx512/avx512.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -135,7 +136,7 @@ REF_SLOTS(Q6_K)
 BLOCK_TYPES(BLOCK_REF_SLOTS)
 #undef BLOCK_REF_SLOTS
 
-static struct kern_isa g_ref, g_avx512;
+static struct kern_isa g_ref, g_avx512, g_avx2;
 static pthread_once_t g_tables_once = PTHREAD_ONCE_INIT;
 
 static void tables_init(void) {
@@ -163,18 +164,29 @@ static void tables_init(void) {
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
     g_ref.swiglu = op_swiglu_ref;
     g_ref.pk_gemm = pk_gemm_ref;
+    g_ref.attn_head = op_attention_head_ref;
+    g_ref.attn_queries = op_attention_queries_ref;
+    g_ref.attn_queries_scratch = op_attention_queries_ref_scratch;
 
     /* The avx512 table starts as a copy of ref, so a type without a fast kernel still works;
      * the x86-avx512 files overwrite the slots they implement. */
     g_avx512 = g_ref;
     g_avx512.name = "avx512";
     kern_isa_avx512_fill(&g_avx512);
+    g_avx2 = g_ref;
+    g_avx2.name = "avx2";
+    kern_isa_avx2_fill(&g_avx2);
 }
 
 bool kern_isa_avx512_has(enum dtype t) {
     pthread_once(&g_tables_once, tables_init);
     NM_ASSERT((unsigned)t < DTYPE_COUNT);
     return g_avx512.vec_dot[t] != g_ref.vec_dot[t] && g_avx512.gemm[t] != g_ref.gemm[t];
+}
+
+bool kern_isa_avx2_has_packed(enum dtype t) {
+    pthread_once(&g_tables_once, tables_init);
+    return pk_unit_bytes(t) > 0 && g_avx2.pk_gemm != g_ref.pk_gemm; /* avx2_fill_packed: every packed type */
 }
 
 const struct kern_isa *kern_isa_ref(void) {
@@ -193,6 +205,13 @@ const char *cpu_avx512_missing(const struct cpu_features *f) {
     return NULL;
 }
 
+const char *cpu_avx2_missing(const struct cpu_features *f) {
+    if (!f->avx2) return "no AVX2 (or no AVX state saved by the OS)";
+    if (!f->fma) return "no FMA";
+    if (!f->f16c) return "no F16C";
+    return NULL;
+}
+
 const struct kern_isa *kern_isa_find(const char *name, const char **why) {
     pthread_once(&g_tables_once, tables_init);
     const char *missing = NULL;
@@ -200,8 +219,11 @@ const struct kern_isa *kern_isa_find(const char *name, const char **why) {
     if (strcmp(name, "avx512") == 0) {
         missing = cpu_avx512_missing(cpu_features_get());
         if (!missing) return &g_avx512;
+    } else if (strcmp(name, "avx2") == 0) {
+        missing = cpu_avx2_missing(cpu_features_get());
+        if (!missing) return &g_avx2;
     } else {
-        missing = "unknown ISA name (known: avx512, ref)";
+        missing = "unknown ISA name (known: avx512, avx2, ref)";
     }
     if (why) *why = missing;
     return NULL;
@@ -212,22 +234,31 @@ static pthread_once_t g_chosen_once = PTHREAD_ONCE_INIT;
 
 static void isa_choose(void) {
     const char *env = getenv("NM_ISA");
-    const char *why = NULL;
+    const char *why = NULL, *why2 = NULL;
     if (env && strcmp(env, "ref") == 0) {
         g_chosen = kern_isa_find("ref", NULL);
         nm_log_info("kernels: ISA ref (forced by NM_ISA=ref)");
         return;
     }
-    if (env && *env && strcmp(env, "avx512") != 0)
-        nm_log_warn("kernels: NM_ISA=%s is not a known ISA (avx512, ref); choosing from CPUID",
-                    env);
-    g_chosen = kern_isa_find("avx512", &why);
+    const bool force_avx2 = env && strcmp(env, "avx2") == 0;
+    if (env && *env && strcmp(env, "avx512") != 0 && !force_avx2)
+        nm_log_warn("kernels: NM_ISA=%s is not a known ISA (avx512, avx2, ref); choosing from CPUID", env);
+    if (!force_avx2) {
+        g_chosen = kern_isa_find("avx512", &why);
+        if (g_chosen) {
+            nm_log_info("kernels: ISA avx512 (AVX512F/BW/VL/DQ + VNNI)");
+            return;
+        }
+    } else {
+        why = "NM_ISA=avx2";
+    }
+    g_chosen = kern_isa_find("avx2", &why2);
     if (g_chosen) {
-        nm_log_info("kernels: ISA avx512 (AVX512F/BW/VL/DQ + VNNI)");
+        nm_log_warn("kernels: ISA avx2 (AVX2 + FMA + F16C); the avx512 path is declined: %s", why);
         return;
     }
     g_chosen = kern_isa_find("ref", NULL);
-    nm_log_warn("kernels: ISA ref; the avx512 path is declined: %s", why);
+    nm_log_warn("kernels: ISA ref; the avx512 path is declined: %s; the avx2 path: %s", why, why2);
 }
 
 const struct kern_isa *kern_isa_get(void) {

@@ -5,6 +5,7 @@
 #define NM_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "packed.h"
@@ -24,7 +25,7 @@ struct cpu_features {
 
 /* Kernel table for one ISA path. Slots never NULL once kern_isa_get() returned. */
 struct kern_isa {
-    const char *name; /* "avx512" or "ref" */
+    const char *name; /* "avx512", "avx2" or "ref" */
     /* y[i] = dot(row i of w, act) for one weight row; see vec_dot_ref. Indexed by dtype. */
     float (*vec_dot[DTYPE_COUNT])(int64_t n, const void *w_row, const void *act_row);
     /* quantize_act_q8x_ref twin */
@@ -41,6 +42,15 @@ struct kern_isa {
     void (*pk_gemm)(const struct pk_args *a);
     /* op_swiglu_ref twin (ops.h). */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
+    /* op_attention_head_ref and op_attention_queries_ref twins (ops.h; same arguments), and the
+     * scratch floats the latter needs. */
+    void (*attn_head)(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
+                      int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
+                      float *scratch);
+    void (*attn_queries)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
+                         const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
+                         int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
+    size_t (*attn_queries_scratch)(int64_t head_dim, int64_t head_dim_v);
 };
 
 /* CPUID, read once (and the AMX permission requested once, see amx_os_perm). */
@@ -51,24 +61,32 @@ const struct cpu_features *cpu_features_get(void);
  * CPUs too). */
 const char *cpu_avx512_missing(const struct cpu_features *f);
 
+/* Likewise for the avx2 path (AVX2 + FMA + F16C): a short phrase, or NULL if f can run it. */
+const char *cpu_avx2_missing(const struct cpu_features *f);
+
 /* Whether f can run AMX int8 / bf16 tiles: the CPUID bits, the OS permission and the avx512
  * path (the tile kernels use AVX-512 around the tiles). */
 bool cpu_has_amx_int8(const struct cpu_features *f);
 bool cpu_has_amx_bf16(const struct cpu_features *f);
 
 /* The kernel table. The first call chooses the path: "avx512" when AVX512F+BW+VL+VNNI are
- * present, else "ref"; NM_ISA=ref in the environment forces the reference path. The choice is
- * logged once, with the reason when the fast path is declined. */
+ * present, else "avx2" when AVX2+FMA+F16C are, else "ref"; NM_ISA=avx2 or NM_ISA=ref in the
+ * environment forces that path. The choice is logged once, with the reason when a faster path
+ * is declined. */
 const struct kern_isa *kern_isa_get(void);
 
 /* Whether the avx512 table has a kernel of its own for type t (not the plain-C one it starts
  * with): a property of the build, whatever this CPU runs. The layout planner asks it. */
 bool kern_isa_avx512_has(enum dtype t);
 
+/* Whether the avx2 table has a packed-layout kernel (pk_gemm) for type t: a property of the
+ * build, whatever this CPU runs. The layout planner asks it. */
+bool kern_isa_avx2_has_packed(enum dtype t);
+
 /* Reference table (always available; tests compare the others with it). */
 const struct kern_isa *kern_isa_ref(void);
 
-/* Added. The table of the named path ("avx512", "ref") if this CPU can run it, else NULL with
+/* Added. The table of the named path ("avx512", "avx2", "ref") if this CPU can run it, else NULL with
  * the reason in *why (when why is not NULL). Ignores NM_ISA; for tests and benchmarks. */
 const struct kern_isa *kern_isa_find(const char *name, const char **why);
 

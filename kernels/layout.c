@@ -16,8 +16,9 @@ const char *tensor_use_name(enum tensor_use use) {
 }
 
 /* NEED_AVX512_BLOCKS: the avx512 path, and an AVX-512 kernel for the type on its GGUF blocks
- * (kern_isa_avx512_has: the types of the block decoder interface get theirs one by one). */
-enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AMX_INT8, NEED_AMX_BF16, NEED_AMX_BF16_BLOCKS };
+ * (kern_isa_avx512_has: the types of the block decoder interface get theirs one by one).
+ * NEED_AVX2_PACKED: the avx2 path and its packed-layout kernel for the type. */
+enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AVX2_PACKED, NEED_AMX_INT8, NEED_AMX_BF16, NEED_AMX_BF16_BLOCKS };
 
 struct plan_entry {
     enum weight_layout layout;
@@ -29,6 +30,7 @@ static const struct plan_entry k_quant_list[] = {
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AMX_INT8,
      "AMX tiles (prompt: BF16 for one sequence, INT8 batched) + AVX-512 VNNI (decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX512, "AVX-512 VNNI tiles (prompt and decode)"},
+    {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX2_PACKED, "AVX2 tiles, vpmaddubsw (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 /* Types without a packed layout (the block decoder interface's: Q5_0, Q2_K, IQ4_XS, ...): their
@@ -42,6 +44,7 @@ static const struct plan_entry k_block_list[] = {
 static const struct plan_entry k_half_list[] = {
     {WEIGHT_LAYOUT_F_PAIR16, NEED_AMX_BF16, "AMX-BF16 tiles (prompt) + AVX-512 FMA (decode)"},
     {WEIGHT_LAYOUT_F_PAIR16, NEED_AVX512, "AVX-512 FMA (prompt and decode)"},
+    {WEIGHT_LAYOUT_F_PAIR16, NEED_AVX2_PACKED, "AVX2 FMA (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 static const struct plan_entry k_f32_list[] = {
@@ -62,6 +65,11 @@ static const char *need_missing(enum need need, enum dtype t, const struct cpu_f
         if ((m = cpu_avx512_missing(cpu)) != NULL) break;
         if (kern_isa_avx512_has(t)) return NULL;
         snprintf(buf, len, "no AVX-512 kernel for %s yet", dtype_get((uint32_t)t)->name);
+        return buf;
+    case NEED_AVX2_PACKED:
+        if ((m = cpu_avx2_missing(cpu)) != NULL) break;
+        if (kern_isa_avx2_has_packed(t)) return NULL;
+        snprintf(buf, len, "no AVX2 kernel for %s", dtype_get((uint32_t)t)->name);
         return buf;
     case NEED_AMX_INT8:
     case NEED_AMX_BF16:
@@ -148,5 +156,14 @@ int layout_report(const struct layout_tensor_class *classes, int n_classes, cons
 
 const struct cpu_features *layout_cpu(void) {
     static const struct cpu_features plain;
-    return strcmp(kern_isa_get()->name, "ref") == 0 ? &plain : cpu_features_get();
+    static struct cpu_features avx2;
+    const char *isa = kern_isa_get()->name;
+    if (strcmp(isa, "ref") == 0) return &plain;
+    if (strcmp(isa, "avx2") == 0) { /* chosen or forced (NM_ISA=avx2): the CPU as that path sees it */
+        const struct cpu_features *f = cpu_features_get();
+        avx2 = plain;
+        avx2.avx2 = f->avx2, avx2.fma = f->fma, avx2.f16c = f->f16c;
+        return &avx2;
+    }
+    return cpu_features_get();
 }

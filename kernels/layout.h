@@ -51,7 +51,8 @@ enum weight_layout layout_plan(enum tensor_use use, enum dtype type, const struc
                                struct layout_why *why);
 
 /* The CPU this process plans for: cpu_features_get(), or a CPU without extensions when the
- * kernel path is the plain-C one (NM_ISA=ref), whose kernels read only plain rows. */
+ * kernel path is the plain-C one (NM_ISA=ref), whose kernels read only plain rows, or one with
+ * AVX2/FMA/F16C only when it is the avx2 path (chosen, or forced by NM_ISA=avx2). */
 const struct cpu_features *layout_cpu(void);
 
 /* One class of tensors for the start-up table, e.g. {"blk.*.ffn_down", TENSOR_USE_MATMUL, q6_k}. */

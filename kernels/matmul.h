@@ -128,11 +128,11 @@ int kern_matmul_amx_min_m(enum dtype type);
 
 /* Which kernel family kern_matmul / kern_matmul_chunked_f64 use for packed layouts. AUTO is
  * the production choice (by m and the CPU, above); the others force one family, for tests and
- * benchmarks: VNNI (AVX-512 VNNI/FMA kernel, any m), AMX (tiles for any m > 0; aborts without
- * AMX), AMX_EMU (the AMX kernel's code over a plain-C emulation of the tile instructions: tests
+ * benchmarks: VNNI (AVX-512 VNNI/FMA kernel, any m), AVX2 (the AVX2/FMA kernel of CPUs without
+ * AVX-512, any m), AMX (tiles for any m > 0; aborts without AMX), AMX_EMU (the AMX kernel's code over a plain-C emulation of the tile instructions: tests
  * the tile algorithm on machines without AMX; slow), REF (plain C). Not thread-safe: set it
  * before starting the matmuls. */
-enum kern_path { KERN_PATH_AUTO, KERN_PATH_VNNI, KERN_PATH_AMX, KERN_PATH_AMX_EMU, KERN_PATH_REF };
+enum kern_path { KERN_PATH_AUTO, KERN_PATH_VNNI, KERN_PATH_AVX2, KERN_PATH_AMX, KERN_PATH_AMX_EMU, KERN_PATH_REF };
 void kern_matmul_force_path(enum kern_path path);
 /* Quantized packed weights may take the AMX bf16 tiles from kern_matmul_bf16_min_m(type) rows
  * on (off by default). Their activations are then rounded to bf16 instead of the q8x blocks of

@@ -76,7 +76,8 @@ bool pk_takes_rows(const struct weight *w, int m) {
 /* The kernel for type t and m activation rows; *amx: it is the tile kernel (real or emulated);
  * *bf: it reads bf16 activations (the bf16 tiles: F16/BF16, or a quantized type allowed them);
  * *chunks: it takes a row-parallel matmul's chunks in one call (pk_args.chunk_end): the tiles,
- * and the AVX-512 GEMV (m = 1) of every type but F16. */
+ * and the AVX-512 GEMV (m = 1) of every type but F16. Without AVX-512 the ISA's own kernel
+ * (avx2 or ref) runs every m. */
 static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const struct cpu_features *f = cpu_features_get();
@@ -103,6 +104,11 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
         const struct kern_isa *isa = kern_isa_find("avx512", NULL);
         NM_ASSERT(isa != NULL); /* forced VNNI on a CPU without the avx512 path */
         *chunks = gemv_chunks;
+        return isa->pk_gemm;
+    }
+    case KERN_PATH_AVX2: {
+        const struct kern_isa *isa = kern_isa_find("avx2", NULL);
+        NM_ASSERT(isa != NULL); /* forced AVX2 on a CPU without the avx2 path */
         return isa->pk_gemm;
     }
     case KERN_PATH_AMX:

@@ -4,12 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include <pthread.h>
-#include <string.h>
-
 #include "base.h"
 #include "cpu.h"
-#include "x86-avx512/attn.h"
 
 void op_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
     double ss = 0.0;
@@ -66,21 +62,11 @@ void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type) {
     for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
 }
 
-typedef void (*attn_fn)(float *, const float *, const void *, const void *, enum dtype, int64_t, int64_t, int64_t,
-                        int64_t, int64_t, float, float *);
-static attn_fn g_attn;
-static pthread_once_t g_attn_once = PTHREAD_ONCE_INIT;
-
-/* The attention kernel follows the ISA path chosen once for all kernels (cpu.h). */
-static void attn_choose(void) {
-    g_attn = strcmp(kern_isa_get()->name, "avx512") == 0 ? attn_head_avx512 : op_attention_head_ref;
-}
-
+/* The attention kernels follow the ISA path chosen once for all kernels (cpu.h). */
 void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
                        int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
                        float *scratch) {
-    pthread_once(&g_attn_once, attn_choose);
-    g_attn(out, q, k, v, kv_type, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch);
+    kern_isa_get()->attn_head(out, q, k, v, kv_type, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch);
 }
 
 void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
@@ -112,25 +98,21 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
 
 /* ---- prompt attention (flash-style) ------------------------------------------------------ */
 
-size_t op_attention_queries_scratch(int64_t head_dim, int64_t head_dim_v) {
-    const size_t ref = ATTN_KV_BLOCK + (size_t)head_dim_v;
-    return NM_MAX(ref, attn_queries_avx512_scratch(head_dim, head_dim_v));
+size_t op_attention_queries_ref_scratch(int64_t head_dim, int64_t head_dim_v) {
+    (void)head_dim;
+    return ATTN_KV_BLOCK + (size_t)head_dim_v;
 }
 
-typedef void (*attn_q_fn)(float *, int64_t, const float *, int64_t, int64_t, int64_t, const void *, const void *,
-                          enum dtype, int64_t, int64_t, int64_t, int64_t, float, float *);
-static attn_q_fn g_attn_q;
-static pthread_once_t g_attn_q_once = PTHREAD_ONCE_INIT;
-static void attn_q_choose(void) {
-    g_attn_q = strcmp(kern_isa_get()->name, "avx512") == 0 ? attn_queries_avx512 : op_attention_queries_ref;
+size_t op_attention_queries_scratch(int64_t head_dim, int64_t head_dim_v) {
+    const size_t ref = op_attention_queries_ref_scratch(head_dim, head_dim_v);
+    return NM_MAX(ref, kern_isa_get()->attn_queries_scratch(head_dim, head_dim_v));
 }
 
 void op_attention_queries(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
                           const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                           int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
-    pthread_once(&g_attn_q_once, attn_q_choose);
-    g_attn_q(out, out_stride, q, q_stride, n_q, pos0, k, v, kv_type, k_stride, v_stride, head_dim, head_dim_v, scale,
-             scratch);
+    kern_isa_get()->attn_queries(out, out_stride, q, q_stride, n_q, pos0, k, v, kv_type, k_stride, v_stride, head_dim,
+                                 head_dim_v, scale, scratch);
 }
 
 void op_attention_queries_ref(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q,

@@ -48,13 +48,15 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
  * and v must be present). q row i starts at q + i * q_stride, out row i at out + i * out_stride
  * (head_dim_v floats). Keys are taken in blocks of ATTN_KV_BLOCK with an online softmax (running
  * max and sum per query, the output rescaled when the max grows), so no [n_q][n_kv] score matrix
- * exists; the AVX-512 version takes queries in blocks of ATTN_Q_BLOCK (one per vector lane, two
- * vectors) so every K/V value loaded serves the block. k, v, kv_type, strides, head dims and
+ * exists; the AVX-512 and AVX2 versions take queries in blocks of ATTN_Q_BLOCK (one per vector
+ * lane: two zmm, four ymm) so every K/V value loaded serves the block. k, v, kv_type, strides, head dims and
  * scale as op_attention_head. scratch: op_attention_queries_scratch(head_dim, head_dim_v)
  * floats. Runs the ISA path's version. */
 #define ATTN_KV_BLOCK 64
 #define ATTN_Q_BLOCK 32
 size_t op_attention_queries_scratch(int64_t head_dim, int64_t head_dim_v);
+/* The scratch floats of op_attention_queries_ref alone. */
+size_t op_attention_queries_ref_scratch(int64_t head_dim, int64_t head_dim_v);
 void op_attention_queries(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
                           const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                           int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);

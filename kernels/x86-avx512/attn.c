@@ -2,13 +2,12 @@
  * 16 values at a time (vcvtph2ps), dot products and the weighted sum of V in vector registers,
  * and the softmax's exponentials 16 at a time with a polynomial (relative error < 2e-7, like
  * expf to a few ulp). The plain-C op_attention_head is the reference it is tested against. */
-#include "attn.h"
-
 #include <immintrin.h>
 #include <math.h>
 
 #include "../base.h"
 #include "../ops.h"
+#include "avx512.h"
 #include "simd.h"
 
 /* 16 values of a KV row as f32 (masked tail). */
@@ -19,7 +18,7 @@ static inline __m512 load16(const void *row, int64_t i, int64_t n, enum dtype t)
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-void attn_head_avx512(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
+static void attn_head_avx512(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
                       int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
                       float *scratch) {
     const size_t es = kv_type == DTYPE_F16 ? 2 : 4;
@@ -94,7 +93,7 @@ static inline int64_t up16(int64_t n) { return (n + 15) & ~(int64_t)15; }
 #define AKT 8            /* keys per register tile of the scores */
 #define AOQ 4            /* queries per register tile of P V */
 
-size_t attn_queries_avx512_scratch(int64_t head_dim, int64_t head_dim_v) {
+static size_t attn_queries_avx512_scratch(int64_t head_dim, int64_t head_dim_v) {
     const int64_t hp = up16(head_dim), vp = up16(head_dim_v);
     return (size_t)(hp * AQ + AK * hp + AK * vp + AK * AQ + AQ * vp + 2 * AQ + 16);
 }
@@ -143,8 +142,8 @@ ATTN_PV_TILE(2)
 ATTN_PV_TILE(1)
 #undef ATTN_PV_TILE
 
-void attn_queries_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
-                         const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
+static void attn_queries_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q,
+                                int64_t pos0, const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                          int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
     const int64_t hd = head_dim, hp = up16(head_dim), vp = up16(head_dim_v);
     float *QT = scratch;          /* [hd][AQ] */
@@ -235,4 +234,10 @@ void attn_queries_avx512(float *out, int64_t out_stride, const float *q, int64_t
             }
         }
     }
+}
+
+void avx512_fill_attn(struct kern_isa *t) {
+    t->attn_head = attn_head_avx512;
+    t->attn_queries = attn_queries_avx512;
+    t->attn_queries_scratch = attn_queries_avx512_scratch;
 }

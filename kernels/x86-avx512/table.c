@@ -11,4 +11,5 @@ void kern_isa_avx512_fill(struct kern_isa *t) {
     avx512_fill_f(t);
     avx512_fill_act(t);
     avx512_fill_packed(t);
+    avx512_fill_attn(t);
 }

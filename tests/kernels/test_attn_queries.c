@@ -14,8 +14,10 @@
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
     krng r = {ktest_seed};
-    const bool fast = strcmp(kern_isa_get()->name, "avx512") == 0;
-    printf("test_attn_queries: ISA %s\n", kern_isa_get()->name);
+    /* pass 0: the plain-C twin; then each fast table this CPU runs */
+    const struct kern_isa *tables[3] = {kern_isa_ref(), kern_isa_find("avx512", NULL), kern_isa_find("avx2", NULL)};
+    printf("test_attn_queries: ISA %s; tested: ref%s%s\n", kern_isa_get()->name, tables[1] ? ", avx512" : "",
+           tables[2] ? ", avx2" : "");
     double worst = 0.0;
     for (int trial = 0; trial < 60; trial++) {
         const enum dtype kv = trial % 2 ? DTYPE_F16 : DTYPE_F32;
@@ -40,17 +42,19 @@ int main(int argc, char **argv) {
         float *want = malloc((size_t)(n_q * hdv) * 4), *sc = malloc((size_t)n_kv * 4);
         for (int64_t i = 0; i < n_q; i++)
             op_attention_head_ref(want + i * hdv, q + i * qs, k, v, kv, pos0 + i + 1, ks, vs, hd, hdv, scale, sc);
-        float *scratch = malloc(op_attention_queries_scratch(hd, hdv) * 4);
+        size_t sfl = 0;
+        for (int p = 0; p < 3; p++)
+            if (tables[p]) sfl = NM_MAX(sfl, tables[p]->attn_queries_scratch(hd, hdv));
+        float *scratch = malloc(sfl * 4);
         const int64_t ytot = n_q * os + 16;
         float *y = malloc((size_t)ytot * 4);
-        for (int pass = 0; pass < 2; pass++) {
-            if (pass == 1 && !fast) break;
+        for (int pass = 0; pass < 3; pass++) {
+            if (!tables[pass]) continue;
             kguard_fill(y, ytot);
-            (pass ? op_attention_queries : op_attention_queries_ref)(y, os, q, qs, n_q, pos0, k, v, kv, ks, vs, hd, hdv,
-                                                                      scale, scratch);
+            tables[pass]->attn_queries(y, os, q, qs, n_q, pos0, k, v, kv, ks, vs, hd, hdv, scale, scratch);
             int64_t bad = kguard_count_bad(y + n_q * os, 16);
             for (int64_t i = 0; i < n_q; i++) bad += kguard_count_bad(y + i * os + hdv, os - hdv);
-            if (bad) ktest_fail("attention %s trial %d: %" PRId64 " guard values overwritten", pass ? "fast" : "ref", trial, bad);
+            if (bad) ktest_fail("attention %s trial %d: %" PRId64 " guard values overwritten", tables[pass]->name, trial, bad);
             for (int64_t i = 0; i < n_q; i++)
                 for (int64_t c = 0; c < hdv; c++) {
                     const float g = y[i * os + c], w = want[i * hdv + c];
@@ -59,7 +63,7 @@ int main(int argc, char **argv) {
                     if (!(err <= TOL_ATTN)) {
                         ktest_fail("attention %s %s hd=%" PRId64 " hdv=%" PRId64 " n_q=%" PRId64 " pos0=%" PRId64
                                    " query %" PRId64 " [%" PRId64 "]: %.9g, want %.9g (error %.2e)",
-                                   pass ? "fast" : "ref", dtype_get(kv)->name, hd, hdv, n_q, pos0, i, c, g, w, err);
+                                   tables[pass]->name, dtype_get(kv)->name, hd, hdv, n_q, pos0, i, c, g, w, err);
                         i = n_q;
                         break;
                     }

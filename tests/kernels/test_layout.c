@@ -75,7 +75,15 @@ int main(int argc, char **argv) {
             const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
             const enum weight_layout packed = fl ? WEIGHT_LAYOUT_F_PAIR16 : WEIGHT_LAYOUT_Q_TILE16;
             const char *why = c == &refused ? "refused" : has512 ? (fl ? "no AMX-BF16" : "no AMX-INT8") : "AMX";
-            expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, has512 ? packed : WEIGHT_LAYOUT_ROWS, !hasamx, why);
+            /* without AVX-512, the avx2 path's packed kernel (every packed type) */
+            const bool packs = has512 || (c == &avx2 && kern_isa_avx2_has_packed(t));
+            expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, packs ? packed : WEIGHT_LAYOUT_ROWS, !hasamx, why);
+            if (c == &avx2) {
+                struct layout_why w;
+                layout_plan(TENSOR_USE_MATMUL, t, c, &w);
+                if (!strstr(w.kernels, "AVX2"))
+                    ktest_fail("layout_plan(matmul, %s) on avx2: kernels \"%s\" do not say AVX2", dtype_get(t)->name, w.kernels);
+            }
         }
     }
     /* the start-up table and --strict's count */

@@ -168,6 +168,7 @@ static const char *path_name(enum kern_path p) {
     switch (p) {
     case KERN_PATH_AUTO: return "auto";
     case KERN_PATH_VNNI: return "vnni";
+    case KERN_PATH_AVX2: return "avx2";
     case KERN_PATH_AMX: return "amx";
     case KERN_PATH_AMX_EMU: return "amx-emu";
     case KERN_PATH_REF: return "ref";
@@ -175,7 +176,7 @@ static const char *path_name(enum kern_path p) {
     return "?";
 }
 
-static bool g_have_vnni, g_have_amx;
+static bool g_have_vnni, g_have_avx2, g_have_amx;
 
 /* y = W x on the packed layout with `path`; returns y (m x ldy, guard-checked) */
 static float *run_packed(struct pool *pool, enum kern_path path, const struct weight *w, const float *x, int m,
@@ -250,11 +251,12 @@ static void test_matmul(krng *r, struct pool *pool, enum dtype t, double tol, in
             wantc[i * n + j] = want[i * ldy + j];
         }
     }
-    enum kern_path paths[4];
+    enum kern_path paths[5];
     int np = 0;
     if (!amx_only) {
         paths[np++] = KERN_PATH_REF;
         if (g_have_vnni) paths[np++] = KERN_PATH_VNNI;
+        if (g_have_avx2) paths[np++] = KERN_PATH_AVX2;
     }
     if (emu && g_have_vnni) paths[np++] = KERN_PATH_AMX_EMU;
     if (g_have_amx) paths[np++] = KERN_PATH_AMX;
@@ -475,6 +477,14 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
         if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
             ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the ref path differs from the auto path's bits",
                        dtype_get(t)->name, k, n, m);
+        if (g_have_avx2) { /* the AVX2 kernel, one call per chunk */
+            kern_matmul_force_path(KERN_PATH_AVX2);
+            kern_matmul_chunked_f64(pool, &wp, &xr, ch, nc, ydq, n);
+            kern_matmul_force_path(KERN_PATH_AUTO);
+            if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
+                ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the avx2 path differs from the auto path's bits",
+                           dtype_get(t)->name, k, n, m);
+        }
         free(q8r);
         free(ydq);
     }
@@ -547,8 +557,10 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--amx-only") == 0) amx_only = true;
     }
     g_have_vnni = kern_isa_find("avx512", NULL) != NULL;
+    g_have_avx2 = kern_isa_find("avx2", NULL) != NULL;
     g_have_amx = kern_amx_available();
-    printf("test_packed: ISA %s; VNNI path %s; AMX path %s\n", kern_isa_get()->name, g_have_vnni ? "yes" : "no",
+    printf("test_packed: ISA %s; VNNI path %s; AVX2 path %s; AMX path %s\n", kern_isa_get()->name,
+           g_have_vnni ? "yes" : "no", g_have_avx2 ? "yes" : "no",
            g_have_amx ? "yes (tested)" : "no (the tile algorithm is tested on emulated tiles)");
     if (amx_only && !g_have_amx) {
         printf("SKIP: no AMX here (CPUID AMX-TILE/INT8/BF16 + OS permission + avx512 path): the real tile path "

@@ -1,4 +1,5 @@
-/* The AVX-512 attention against op_attention_head_ref: f16 and f32 caches, head sizes with
+/* The fast attention kernels (every ISA table this CPU runs: avx512, avx2) against
+ * op_attention_head_ref: f16 and f32 caches, head sizes with
  * tails (64, 128, 80, 40, 256, K and V sizes that differ), 1 to 1000 positions, strides wider
  * than a head (several KV heads per position), large score ranges (softmax saturation), guard
  * bytes around the output, NaN/inf checks. Tolerance, relative to the output's largest
@@ -13,7 +14,6 @@
 #include "base.h"
 #include "cpu.h"
 #include "ops.h"
-#include "x86-avx512/attn.h"
 
 #define GUARD 16
 #define TOL 2e-6
@@ -26,7 +26,7 @@ static float frand(void) {
     return (float)(rng >> 40) / 16777216.0f * 2.0f - 1.0f;
 }
 
-static int check(enum dtype t, int64_t hd, int64_t hdv, int64_t n, int64_t heads, float spread) {
+static int check(const struct kern_isa *isa, enum dtype t, int64_t hd, int64_t hdv, int64_t n, int64_t heads, float spread) {
     const int64_t ks = heads * hd, vs = heads * hdv, h = heads - 1; /* read the last head */
     const size_t es = t == DTYPE_F16 ? 2 : 4;
     uint8_t *k = malloc((size_t)(n * ks) * es), *v = malloc((size_t)(n * vs) * es);
@@ -55,7 +55,7 @@ static int check(enum dtype t, int64_t hd, int64_t hdv, int64_t n, int64_t heads
     const uint8_t *k0 = k + (size_t)(h * hd) * es, *v0 = v + (size_t)(h * hdv) * es;
     op_attention_head_ref(want, q, k0, v0, t, n, ks, vs, hd, hdv, scale, s1);
     for (int i = 0; i < hdv + 2 * GUARD; i++) got[i] = 12345.0f;
-    attn_head_avx512(got + GUARD, q, k0, v0, t, n, ks, vs, hd, hdv, scale, s2);
+    isa->attn_head(got + GUARD, q, k0, v0, t, n, ks, vs, hd, hdv, scale, s2);
     double mag = 0, err = 0;
     int bad = 0;
     for (int64_t i = 0; i < hdv; i++) {
@@ -67,28 +67,38 @@ static int check(enum dtype t, int64_t hd, int64_t hdv, int64_t n, int64_t heads
         if (got[i] != 12345.0f || got[GUARD + hdv + i] != 12345.0f) bad = 2;
     const int fail = bad || err > tol * mag;
     if (fail)
-        printf("FAIL %s hd=%lld hdv=%lld n=%lld heads=%lld spread=%g: err %.3e of %.3e (tol %.1e)%s\n"
+        printf("FAIL %s %s hd=%lld hdv=%lld n=%lld heads=%lld spread=%g: err %.3e of %.3e (tol %.1e)%s\n"
                "  repro: ctest -R test_attention --output-on-failure\n",
-               t == DTYPE_F16 ? "f16" : "f32", (long long)hd, (long long)hdv, (long long)n, (long long)heads, spread,
+               isa->name, t == DTYPE_F16 ? "f16" : "f32", (long long)hd, (long long)hdv, (long long)n, (long long)heads, spread,
                err, mag, tol, bad == 1 ? " (non-finite)" : bad == 2 ? " (guard bytes overwritten)" : "");
     free(k), free(v), free(q), free(row), free(want), free(got), free(s1), free(s2);
     return fail;
 }
 
 int main(void) {
-    if (strcmp(kern_isa_get()->name, "avx512") != 0) {
-        printf("SKIP: this CPU (or NM_ISA) does not run the AVX-512 path\n");
+    static const char *const isas[] = {"avx512", "avx2"};
+    const int64_t hds[][2] = {{64, 64}, {128, 128}, {80, 80}, {40, 40}, {256, 256}, {128, 64}, {64, 96}, {36, 20}};
+    const int64_t ns[] = {1, 2, 7, 15, 16, 17, 33, 300, 1000};
+    int fails = 0, cases = 0, tested = 0;
+    for (size_t a = 0; a < NM_ARRAY_LEN(isas); a++) {
+        const char *why = NULL;
+        const struct kern_isa *isa = kern_isa_find(isas[a], &why);
+        if (!isa) {
+            printf("test_attention: the %s path cannot run here (%s): not tested\n", isas[a], why);
+            continue;
+        }
+        tested++;
+        for (int t = 0; t < 2; t++)
+            for (size_t i = 0; i < NM_ARRAY_LEN(hds); i++)
+                for (size_t j = 0; j < NM_ARRAY_LEN(ns); j++)
+                    for (int heads = 1; heads <= 3; heads += 2)
+                        for (int s = 0; s < 2; s++, cases++)
+                            fails += check(isa, t ? DTYPE_F32 : DTYPE_F16, hds[i][0], hds[i][1], ns[j], heads, s ? 30.0f : 1.0f);
+    }
+    if (!tested) {
+        printf("SKIP: this CPU runs neither the AVX-512 nor the AVX2 path\n");
         return 77;
     }
-    const int64_t hds[][2] = {{64, 64}, {128, 128}, {80, 80}, {40, 40}, {256, 256}, {128, 64}, {64, 96}};
-    const int64_t ns[] = {1, 2, 15, 16, 17, 33, 300, 1000};
-    int fails = 0, cases = 0;
-    for (int t = 0; t < 2; t++)
-        for (size_t i = 0; i < NM_ARRAY_LEN(hds); i++)
-            for (size_t j = 0; j < NM_ARRAY_LEN(ns); j++)
-                for (int heads = 1; heads <= 3; heads += 2)
-                    for (int s = 0; s < 2; s++, cases++)
-                        fails += check(t ? DTYPE_F32 : DTYPE_F16, hds[i][0], hds[i][1], ns[j], heads, s ? 30.0f : 1.0f);
     printf("%s: test_attention: %d cases, %d failures\n", fails ? "FAIL" : "PASS", cases, fails);
     return fails ? 1 : 0;
 }

@@ -1,0 +1,15 @@
+/* Private interface of the AVX2 kernels (AVX2 + FMA + F16C: x86-64 CPUs without AVX-512, such
+ * as AMD Zen 2 and 3): the functions that fill the avx2 kernel table. Safe to include from files
+ * built without AVX2 flags; only call them after CPUID said the path can run (cpu.c does). */
+#ifndef NM_X86_AVX2_H
+#define NM_X86_AVX2_H
+
+#include "../cpu.h"
+
+/* Overwrite the slots of t that have an AVX2 kernel (t starts as a copy of the ref table). */
+void kern_isa_avx2_fill(struct kern_isa *t);
+
+void avx2_fill_packed(struct kern_isa *t); /* pk_gemm (every packed layout type): packed.c */
+void avx2_fill_attn(struct kern_isa *t);   /* attention (decode and prompt): attn.c */
+
+#endif

@@ -1,0 +1,304 @@
+/* AVX2 kernels of the packed layouts (packed.h), for x86-64 CPUs without AVX-512 (AMD Zen 2
+ * and 3, Intel client cores): the decode GEMV (m = 1) and the GEMM for any m.
+ *
+ * One ymm lane per weight row, as the AVX-512 kernels have one zmm lane: a unit's 64-byte line
+ * is two ymm halves, rows 0-7 and rows 8-15. There is no VNNI, so the integer dot product of a
+ * line (8 rows x one quad of 4 columns) with a broadcast activation quad is vpmaddubsw (u8 code
+ * x s8 activation, pairs summed to int16) then vpmaddwd with ones (int16 pairs to int32 lanes).
+ * Exactness of the int16 step: activations lie in [-127, 127], so a pair sum is at most
+ * 2 x max_code x 127, and the kernel adds in int16 only as many of them as stay below 2^15:
+ * 8 quads of 4-bit codes (30480), 4 of 5-bit codes (31496), 2 of 6-bit codes (32004). Q8_0's
+ * 8-bit codes take the sign trick (|code - 128| as the u8 operand, the activation with the
+ * code's sign as the s8 one: at most 2 x 128 x 127). Every integer sum is therefore exact, the
+ * same int32 as pk_gemm_ref's, and the f32 steps per block (sub-block) and row are those of
+ * pk_gemm_ref in its order: the three packed kernels give the same bits.
+ *
+ * F16/BF16 pairs: exact widening to f32 (vcvtph2ps; a 16-bit shift or mask for bf16), f32 FMA
+ * with the f32 activations, each row's even and odd columns in two chains summed at the end,
+ * as pk_gemm_ref does.
+ *
+ * GEMV: both halves of each unit in one pass, so each weight line is read once from memory.
+ * GEMM: a tile is one half (8 rows) x up to 4 (quantized) or 6 (float) activation rows over
+ * all of K, the group's bytes reread from L1/L2 for each tile. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "../base.h"
+#include "../packed.h"
+#include "../quant.h"
+#include "avx2.h"
+
+#define NM_INLINE static inline __attribute__((always_inline))
+#define NM_UNROLL _Pragma("GCC unroll 16")
+
+/* Activation rows per GEMM tile (at most): the float types' tile holds 2 x 6 accumulators, 2
+ * weight vectors and a broadcast in the 16 ymm registers; the quantized ones' 8 code vectors,
+ * 4 accumulators and the int16 sums. */
+#define GEMM_C 6
+NM_INLINE int gemm_c(enum dtype t) { return t == DTYPE_F16 || t == DTYPE_BF16 ? 6 : 4; }
+
+NM_INLINE __m256i bq(const block_q8x *a, int q) { /* activation quad q, broadcast */
+    int32_t v;
+    memcpy(&v, a->qs + 4 * q, 4);
+    return _mm256_set1_epi32(v);
+}
+NM_INLINE __m256 h16x8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+NM_INLINE __m256 u8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+NM_INLINE __m256i s8x8(const uint8_t *p) { return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* int32 lanes: sum over quads [q0, q1) of codes q[i] . activation quad i, in int16 first
+ * (callers keep q1 - q0 within the bound above for their code width). */
+NM_INLINE __m256i dot16(const __m256i *q, const block_q8x *a, int q0, int q1) {
+    __m256i s = _mm256_maddubs_epi16(q[q0], bq(a, q0));
+    NM_UNROLL for (int i = q0 + 1; i < q1; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[i], bq(a, i)));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
+/* Codes of half h of a nibble sub-block at p: q[2j] = quad 2j (low nibbles of line j),
+ * q[2j + 1] = quad 2j + 1. */
+NM_INLINE void nib_half(const uint8_t *p, int h, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    NM_UNROLL for (int j = 0; j < 4; j++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * j + 32 * h));
+        q[2 * j] = _mm256_and_si256(v, m4);
+        q[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+/* 0x10 in byte i where bit i of m is set (Q5_K's fifth bits of one quad, 8 rows). */
+NM_INLINE __m256i bits_0x10(uint32_t m) {
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                                            3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+}
+
+/* Half h of one quantized unit u against C activation rows (row c's blocks at act + c * as,
+ * from block blk0): acc[c] += its f32 terms, in pk_gemm_ref's order. */
+NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_t *u, const uint8_t *act, size_t as,
+                      int64_t blk0, __m256 *acc) {
+    __m256i q[8];
+    switch (t) {
+    case DTYPE_Q4_0:
+    case DTYPE_Q4_1: {
+        nib_half(u, h, q);
+        const __m256 dw = h16x8(u + PK_Q4_0_D + 16 * h);
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
+            __m256i s = dot16(q, a, 0, 8);
+            if (t == DTYPE_Q4_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-8 * a->isum));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
+            if (t == DTYPE_Q4_1)
+                acc[c] = _mm256_fmadd_ps(h16x8(u + PK_Q4_1_M + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
+        }
+        break;
+    }
+    case DTYPE_Q8_0: {
+        const __m256i x80 = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+        NM_UNROLL for (int j = 0; j < 8; j++)
+            q[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(u + 64 * j + 32 * h)), x80); /* code - 128 */
+        const __m256 dw = h16x8(u + PK_Q8_0_D + 16 * h);
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
+            __m256i s = _mm256_setzero_si256();
+            NM_UNROLL for (int j = 0; j < 8; j++) {
+                const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q[j], q[j]), _mm256_sign_epi8(bq(a, j), q[j]));
+                s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
+        }
+        break;
+    }
+    case DTYPE_Q4_K:
+    case DTYPE_Q5_K: {
+        const int five = t == DTYPE_Q5_K;
+        const __m256 d = h16x8(u + (five ? PK_K5_D : PK_K4_D) + 16 * h);
+        const __m256 dmin = h16x8(u + (five ? PK_K5_DMIN : PK_K4_DMIN) + 16 * h);
+        for (int s = 0; s < 8; s++) {
+            nib_half(u + 256 * s, h, q);
+            if (five) {
+                NM_UNROLL for (int i = 0; i < 8; i++) {
+                    uint32_t mk;
+                    memcpy(&mk, u + PK_K5_HI + 64 * s + 8 * i + 4 * h, 4);
+                    q[i] = _mm256_or_si256(q[i], bits_0x10(mk));
+                }
+            }
+            const __m256 sc = _mm256_mul_ps(u8x8(u + (five ? PK_K5_SC : PK_K4_SC) + 16 * s + 8 * h), d);
+            const __m256 mn = _mm256_mul_ps(u8x8(u + (five ? PK_K5_MN : PK_K4_MN) + 16 * s + 8 * h), dmin);
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                const __m256i sum = five ? _mm256_add_epi32(dot16(q, a, 0, 4), dot16(q, a, 4, 8)) : dot16(q, a, 0, 8);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)), acc[c]);
+                acc[c] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q6_K: {
+        const __m256 d = h16x8(u + PK_K6_D + 16 * h);
+        const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03), mc = _mm256_set1_epi8(0x0C);
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *sub = u + PK_K6_SUB * s;
+            NM_UNROLL for (int j = 0; j < 4; j++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(sub + 64 * j + 32 * h));
+                __m256i hh = _mm256_loadu_si256((const __m256i *)(sub + 256 + 32 * j));
+                if (h) hh = _mm256_srli_epi16(hh, 4); /* bytes p + 32: the high nibble of hh byte p */
+                q[2 * j] = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_slli_epi16(_mm256_and_si256(hh, m3), 4));
+                q[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(hh, mc), 2));
+            }
+            const __m256i sc0 = s8x8(u + PK_K6_SC + 32 * s + 8 * h), sc1 = s8x8(u + PK_K6_SC + 32 * s + 16 + 8 * h);
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                int32_t lo = 0;
+                for (int i = 0; i < 16; i++) lo += a->qs[i];
+                const __m256i g0 = _mm256_add_epi32(_mm256_set1_epi32(-32 * lo),
+                                                    _mm256_add_epi32(dot16(q, a, 0, 2), dot16(q, a, 2, 4)));
+                const __m256i g1 = _mm256_add_epi32(_mm256_set1_epi32(-32 * (a->isum - lo)),
+                                                    _mm256_add_epi32(dot16(q, a, 4, 6), dot16(q, a, 6, 8)));
+                const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(g0, sc0), _mm256_mullo_epi32(g1, sc1));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[c]);
+            }
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
+/* Half h of one F16/BF16 pair unit against C f32 activation rows (row c at act + c * as, unit
+ * columns from col0). A line half (8 rows x a column pair) widens to two vectors of 4 rows with
+ * each row's even and odd columns in adjacent lanes: F16 by vcvtph2ps (rows 0-3 | 4-7 of the
+ * half), BF16 by interleaving zero low halves (vpunpckl/hwd: rows 0-1, 4-5 | 2-3, 6-7). Each
+ * lane is one row's chain over its even or odd columns, times the broadcast activation pair;
+ * unit_f_end adds each row's two chains. */
+NM_INLINE void unit_f(const enum dtype t, const int C, const int h, const uint8_t *u, const uint8_t *act, size_t as,
+                      int64_t col0, __m256 *acc0, __m256 *acc1) {
+    NM_UNROLL for (int p = 0; p < 16; p++) {
+        __m256 w0, w1;
+        if (t == DTYPE_BF16) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(u + 64 * p + 32 * h)), z = _mm256_setzero_si256();
+            w0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
+            w1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+        } else {
+            w0 = h16x8(u + 64 * p + 32 * h);
+            w1 = h16x8(u + 64 * p + 32 * h + 16);
+        }
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const float *x = (const float *)(act + (size_t)c * as) + col0 + 2 * p;
+            const __m256 xp = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)x));
+            acc0[c] = _mm256_fmadd_ps(w0, xp, acc0[c]);
+            acc1[c] = _mm256_fmadd_ps(w1, xp, acc1[c]);
+        }
+    }
+}
+
+/* The 8 row results of a float unit's accumulators: even + odd chain of each row. hadd gives
+ * F16's rows 0, 1, 4, 5 | 2, 3, 6, 7 (the 64-bit pairs then go back in row order) and BF16's
+ * rows 0-7 in order. */
+NM_INLINE __m256 unit_f_end(const enum dtype t, __m256 acc0, __m256 acc1) {
+    const __m256 s = _mm256_hadd_ps(acc0, acc1);
+    if (t == DTYPE_BF16) return s;
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), 0xD8));
+}
+
+/* Store the first `rows` lanes of v at y, or (yd not NULL) add them, widened to double, to yd. */
+NM_INLINE void store_rows(float *y, double *yd, int rows, __m256 v) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), iota);
+    if (!yd) {
+        _mm256_maskstore_ps(y, m, v);
+        return;
+    }
+    const __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(m)), m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1));
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    _mm256_maskstore_pd(yd, m0, _mm256_add_pd(_mm256_maskload_pd(yd, m0), lo));
+    _mm256_maskstore_pd(yd + 4, m1, _mm256_add_pd(_mm256_maskload_pd(yd + 4, m1), hi));
+}
+
+/* Halves [H0, H1) of one row group (wg, nu units) x C activation rows, over all units; rows:
+ * the group's rows that exist. */
+NM_INLINE void tile(const enum dtype t, const int C, const int H0, const int H1, const uint8_t *wg, int64_t nu,
+                    const uint8_t *act, size_t as, float *y, double *yd, int64_t ldy, int rows) {
+    const size_t ub = pk_unit_bytes(t);
+    const int ublk = pk_unit_cols(t) / 32;
+    const int fl = t == DTYPE_F16 || t == DTYPE_BF16;
+    __m256 acc[2][GEMM_C], acc1[2][GEMM_C];
+    NM_UNROLL for (int h = H0; h < H1; h++) NM_UNROLL for (int c = 0; c < C; c++) acc[h][c] = acc1[h][c] = _mm256_setzero_ps();
+    for (int64_t un = 0; un < nu; un++) {
+        const uint8_t *up = wg + (size_t)un * ub;
+        NM_UNROLL for (int h = H0; h < H1; h++) {
+            if (fl) unit_f(t, C, h, up, act, as, 32 * un, acc[h], acc1[h]);
+            else unit_q(t, C, h, up, act, as, ublk * un, acc[h]);
+        }
+    }
+    NM_UNROLL for (int h = H0; h < H1; h++) {
+        const int r = rows - 8 * h;
+        if (r <= 0) break;
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const __m256 v = fl ? unit_f_end(t, acc[h][c], acc1[h][c]) : acc[h][c];
+            store_rows(yd ? NULL : y + c * ldy + 8 * h, yd ? yd + c * ldy + 8 * h : NULL, r < 8 ? r : 8, v);
+        }
+    }
+}
+
+typedef void (*tile_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,
+                        int64_t ldy, int rows);
+#define TILE_INST(T, C, H)                                                                                          \
+    static void tile_##T##_##C##_##H(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y,         \
+                                     double *yd, int64_t ldy, int rows) {                                           \
+        tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows);                                            \
+    }
+#define TILE_GEMV(T)                                                                                                \
+    static void tile_##T##_gemv(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,  \
+                                int64_t ldy, int rows) {                                                            \
+        tile(DTYPE_##T, 1, 0, 2, wg, nu, act, as, y, yd, ldy, rows);                                                \
+    }
+#define TILE_HALF(T, H) TILE_INST(T, 1, H) TILE_INST(T, 2, H) TILE_INST(T, 3, H) TILE_INST(T, 4, H) TILE_INST(T, 5, H) TILE_INST(T, 6, H)
+#define TILE_TYPE(T) TILE_GEMV(T) TILE_HALF(T, 0) TILE_HALF(T, 1)
+TILE_TYPE(Q4_0)
+TILE_TYPE(Q4_1)
+TILE_TYPE(Q8_0)
+TILE_TYPE(Q4_K)
+TILE_TYPE(Q5_K)
+TILE_TYPE(Q6_K)
+TILE_TYPE(F16)
+TILE_TYPE(BF16)
+
+struct tiles {
+    tile_fn gemv;
+    tile_fn gemm[2][GEMM_C + 1]; /* [half][activation rows] */
+};
+#define TILE_ROW_H(T, H) {NULL, tile_##T##_1_##H, tile_##T##_2_##H, tile_##T##_3_##H, tile_##T##_4_##H, tile_##T##_5_##H, tile_##T##_6_##H}
+#define TILE_ROW(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_H(T, 0), TILE_ROW_H(T, 1)}}
+static const struct tiles k_tiles[DTYPE_COUNT] = {TILE_ROW(Q4_0), TILE_ROW(Q4_1), TILE_ROW(Q4_K), TILE_ROW(Q5_K),
+                                                  TILE_ROW(Q6_K), TILE_ROW(Q8_0), TILE_ROW(F16),  TILE_ROW(BF16)};
+
+static void pk_gemm_avx2(const struct pk_args *a) {
+    const struct tiles *tl = &k_tiles[a->type];
+    /* neither the bf16 tiles nor the block types' rows nor chunks in one call (pk_choose) */
+    NM_ASSERT(tl->gemv != NULL && !a->bf16_tiles && !a->codec && !a->chunk_end && !a->act_tiles);
+    for (int64_t g = 0; g < a->n_groups; g++) {
+        const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+        const uint8_t *wg = a->w + (size_t)g * a->group_stride;
+        float *y = a->yd ? NULL : a->y + g * PK_ROWS;
+        double *yd = a->yd ? a->yd + g * PK_ROWS : NULL;
+        if (a->m == 1) {
+            tl->gemv(wg, a->n_units, a->act, a->act_stride, y, yd, a->ldy, rows);
+            continue;
+        }
+        const int cmax = gemm_c(a->type);
+        for (int h = 0; h < 2 && 8 * h < rows; h++)
+            for (int c0 = 0; c0 < a->m; c0 += cmax) {
+                const int cc = NM_MIN(cmax, a->m - c0);
+                const int64_t o = (int64_t)c0 * a->ldy;
+                tl->gemm[h][cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride, y ? y + o : NULL,
+                                yd ? yd + o : NULL, a->ldy, rows);
+            }
+    }
+}
+
+void avx2_fill_packed(struct kern_isa *t) { t->pk_gemm = pk_gemm_avx2; }
