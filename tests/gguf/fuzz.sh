@@ -49,7 +49,8 @@ fi
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 CFLAGS="-std=gnu11 -O1 -g -w -I$SRC/kernels -I$SRC/rank -I$SRC/collectives"
 AVX512="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c -mavx2"
-newest_header=$(ls -t "$SRC"/kernels/*.h "$SRC"/kernels/blocks/*.h "$SRC"/kernels/x86-avx512/*.h "$SRC"/rank/*.h "$SRC"/collectives/*.h 2>/dev/null | head -1)
+AVX2="-mavx2 -mfma -mf16c"
+newest_header=$(ls -t "$SRC"/kernels/*.h "$SRC"/kernels/blocks/*.h "$SRC"/kernels/x86-avx512/*.h "$SRC"/kernels/x86-avx2/*.h "$SRC"/rank/*.h "$SRC"/collectives/*.h 2>/dev/null | head -1)
 compile() { # source object extra-flags...
     local src=$1 obj=$2
     shift 2
@@ -63,13 +64,15 @@ compile() { # source object extra-flags...
 # SIMD kernels take a minute each to compile.
 kobjs=()
 jobs_max=$(nproc 2>/dev/null || echo 2)
-for f in "$SRC"/kernels/*.c "$SRC"/kernels/blocks/*.c "$SRC"/kernels/x86-avx512/*.c "$SRC"/kernels/x86-amx/*.c "$SRC"/kernels/cuda/none.c \
+for f in "$SRC"/kernels/*.c "$SRC"/kernels/blocks/*.c "$SRC"/kernels/x86-avx512/*.c "$SRC"/kernels/x86-avx2/*.c \
+    "$SRC"/kernels/x86-amx/*.c "$SRC"/kernels/cuda/none.c \
     "$SRC"/collectives/*.c "$SRC"/rank/*.c; do
     case $f in */rank/gguf.c | */rank/model.c) continue ;; esac
     dir=$(basename "$(dirname "$f")")
     o=$OUT/obj/${dir}_$(basename "$f" .c).o
     extra=(-O0)
     [ "$dir" = x86-avx512 ] && extra+=($AVX512)
+    [ "$dir" = x86-avx2 ] && extra+=($AVX2)
     [ "$dir" = x86-amx ] && extra+=($AVX512 -mamx-tile -mamx-int8 -mamx-bf16)
     [ "$dir" = cuda ] && extra+=(-I"$SRC/kernels/cuda")
     (compile "$f" "$o" "${extra[@]}" 2>"$o.log" || rm -f "$o") &
