@@ -1,9 +1,10 @@
 /* Packed-layout matmul throughput (issue 4), one row per (threads, type, shape, path):
- *  - GEMV m = 1 on the packed layout (the VNNI kernel) and, for comparison, on the ROWS layout:
+ *  - GEMV m = 1 on the packed layout (the auto path) and, for comparison, on the ROWS layout:
  *    GB/s of weight bytes read per call (the packed bytes; GGUF bytes differ by <= 3%: packed.h),
  *    next to the STREAM-like read bandwidth measured in the same run with the same threads.
  *    Enough copies of the weight are cycled (>= 512 MiB) that every call reads from DRAM.
- *  - GEMM m = 512 (-m) on each packed path this CPU has (VNNI; AMX when present): TFLOP/s
+ *  - GEMM m = 512 (-m) on each packed path this CPU has (the SIMD kernel: AVX-512 VNNI, or AVX2
+ *    without AVX-512, in the columns named "vnni"; AMX when present): TFLOP/s
  *    (2 m n k per call) and % of the AMX peak, which is assumed to be, per core per cycle, 2048
  *    int8 ops (TDPBSUD: 16x16x64 MACs in 16 cycles) or 1024 bf16 flops (TDPBF16PS: 16x16x32 in
  *    16 cycles), times the cores used and the clock measured here (a chain of dependent adds).
@@ -70,7 +71,11 @@ static double time_chunked(struct pool *pool, const struct weight *w, int64_t co
     return bench_median(v, reps, NULL, NULL);
 }
 
+/* The SIMD path of this CPU: AVX-512 VNNI, else AVX2, else plain C. */
+static enum kern_path g_simd = KERN_PATH_REF;
+
 int main(int argc, char **argv) {
+    g_simd = kern_isa_find("avx512", NULL) ? KERN_PATH_VNNI : kern_isa_find("avx2", NULL) ? KERN_PATH_AVX2 : KERN_PATH_REF;
     const char *threads = "2,all", *types = NULL, *shapes = NULL;
     int reps = 7, m_gemm = 512, sweep = 1, chunk = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -143,7 +148,7 @@ int main(int argc, char **argv) {
                 struct act xm = {.m = m_gemm, .k = k, .f32 = x, .q8 = q8};
                 const double flop = 2.0 * m_gemm * (double)n * (double)k;
                 const int greps = reps;
-                kern_matmul_force_path(KERN_PATH_VNNI);
+                kern_matmul_force_path(g_simd);
                 const double tv = flop / time_calls(pool, wp, 1, &xm, y, greps) * 1e-3;
                 double ta = 0;
                 if (amx) {
@@ -164,7 +169,7 @@ int main(int argc, char **argv) {
                 fflush(stdout);
                 if (chunk > 0 && k % chunk == 0 && chunk % info->blck_size == 0) {
                     double *yd = nm_alloc((size_t)m_gemm * n * 8, 64, "yd");
-                    kern_matmul_force_path(KERN_PATH_VNNI);
+                    kern_matmul_force_path(g_simd);
                     const double cv = flop / time_chunked(pool, wp, chunk, &xm, yd, greps) * 1e-3;
                     double ca = 0;
                     if (amx) {
@@ -187,7 +192,7 @@ int main(int argc, char **argv) {
                     static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
                     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
                         struct act xs = {.m = ms[mi], .k = k, .f32 = x, .q8 = q8};
-                        kern_matmul_force_path(KERN_PATH_VNNI);
+                        kern_matmul_force_path(g_simd);
                         const double a = time_calls(pool, wp, 1, &xs, y, reps);
                         double b = 0;
                         if (amx) {
