@@ -71,6 +71,9 @@ static double time_chunked(struct pool *pool, const struct weight *w, int64_t co
     return bench_median(v, reps, NULL, NULL);
 }
 
+/* The largest m of the switch-point sweep (-x). */
+#define SWEEP_M_MAX 32
+
 /* The SIMD path of this CPU: AVX-512 VNNI, else AVX2, else plain C. */
 static enum kern_path g_simd = KERN_PATH_REF;
 
@@ -137,10 +140,11 @@ int main(int argc, char **argv) {
                     wp[c].data = pk + pbytes * c;
                     wr[c] = weight_rows(t, k, n, src + rbytes * c);
                 }
-                float *x = nm_alloc((size_t)m_gemm * k * 4, 64, "x");
-                for (int64_t i = 0; i < (int64_t)m_gemm * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
-                block_q8x *q8 = nm_alloc(act_q8_bytes(m_gemm, k), 64, "q8");
-                float *y = nm_alloc((size_t)m_gemm * n * 4, 64, "y");
+                const int m_max = NM_MAX(m_gemm, SWEEP_M_MAX); /* rows of the buffers: the GEMM's and the sweep's */
+                float *x = nm_alloc((size_t)m_max * k * 4, 64, "x");
+                for (int64_t i = 0; i < (int64_t)m_max * k; i++) x[i] = (float)((int)(bench_rng() % 2001) - 1000) * 1e-3f;
+                block_q8x *q8 = nm_alloc(act_q8_bytes(m_max, k), 64, "q8");
+                float *y = nm_alloc((size_t)m_max * n * 4, 64, "y");
                 struct act x1 = {.m = 1, .k = k, .f32 = x, .q8 = q8};
                 kern_matmul_force_path(KERN_PATH_AUTO);
                 const double gp = pbytes / time_calls(pool, wp, copies, &x1, y, reps);
@@ -189,7 +193,7 @@ int main(int argc, char **argv) {
                 }
                 if (sweep && si == SWEEP_SHAPE && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {
                     printf("  switch %s %s: us per call by m (vnni / amx):", info->name, shape);
-                    static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+                    static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, SWEEP_M_MAX};
                     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
                         struct act xs = {.m = ms[mi], .k = k, .f32 = x, .q8 = q8};
                         kern_matmul_force_path(g_simd);
