@@ -226,7 +226,7 @@ NM_INLINE void pk_group(const enum dtype t, const int C, const uint8_t *wg, int6
     NM_UNROLL for (int c = 0; c < C; c++) acc[c] = acc1[c] = _mm512_setzero_ps();
     for (int64_t u = 0; u < nu; u++) {
         const uint8_t *up = wg + (size_t)u * ub;
-        if (C == 1 && pf > 0) pf_lines(up + pf, up + pf + ub);
+        if (pf > 0) pf_lines(up + pf, up + pf + ub);
         if (fl) unit_f(t, C, up, act, as, 32 * u, acc, acc1);
         else unit_q(t, C, up, act, as, ublk * u, acc);
     }
@@ -527,7 +527,9 @@ static void pk_gemv(const struct pk_args *a, int pf) {
 }
 
 /* Activation rows per pass over a group: all of them in tiles of 4, in blocks of at most 64 so
- * the group's weight bytes (<= 16 x k x 1.1 bytes) are reread from L1/L2, not DRAM. */
+ * the group's weight bytes (<= 16 x k x 1.1 bytes) are reread from L1/L2, not DRAM. The first
+ * tile of a group reads its weights from DRAM: it prefetches them as the GEMV does (the small m
+ * of batched decode, where that read is most of the time). */
 static void pk_gemm_avx512(const struct pk_args *a) {
     const pk_group_fn *fns = k_groups[a->type];
     NM_ASSERT(fns[1] != NULL);
@@ -546,7 +548,7 @@ static void pk_gemm_avx512(const struct pk_args *a) {
             const int cc = NM_MIN(4, a->m - c0);
             const int64_t o = (int64_t)c0 * a->ldy + g * PK_ROWS;
             fns[cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride, a->yd ? NULL : a->y + o,
-                    a->yd ? a->yd + o : NULL, a->ldy, rm, pf);
+                    a->yd ? a->yd + o : NULL, a->ldy, rm, c0 == 0 ? pf : 0);
         }
     }
 }
