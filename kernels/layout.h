@@ -9,15 +9,18 @@
  *   matmul, Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K:
  *     1. q_tile16 with AMX-INT8 tiles (prompt) + AVX-512 VNNI (decode)   needs avx512 + AMX-INT8
  *     2. q_tile16 with AVX-512 VNNI (decode and prompt)                   needs avx512
- *     3. rows with plain-C kernels                                        always
+ *     3. q_tile16 with AVX2 (vpmaddubsw; decode and prompt)               needs avx2
+ *     4. rows with plain-C kernels                                        always
  *   matmul, F16/BF16:
  *     1. f_pair16 with AMX-BF16 tiles (prompt) + AVX-512 FMA (decode)     needs avx512 + AMX-BF16
  *     2. f_pair16 with AVX-512 FMA                                        needs avx512
- *     3. rows with plain-C kernels                                        always
+ *     3. f_pair16 with AVX2 FMA                                           needs avx2
+ *     4. rows with plain-C kernels                                        always
  *   matmul, F32:  1. rows, AVX-512 FMA   2. rows, plain C
  *   row lookup (token embedding), vector (norm, bias): rows, always (never a downgrade).
- * "avx512" is the kernel path of cpu.h (AVX512F/BW/VL/DQ + VNNI, FMA, F16C, AVX2); an AVX2-only
- * CPU has no AVX2 kernels and gets the plain-C ones. */
+ * "avx512" is the kernel path of cpu.h (AVX512F/BW/VL/DQ + VNNI, FMA, F16C, AVX2); "avx2" the one
+ * of CPUs without AVX-512 (AVX2, FMA, F16C): packed layouts for the packed types, plain C for the
+ * block types and F32. */
 #ifndef NM_LAYOUT_H
 #define NM_LAYOUT_H
 
