@@ -267,25 +267,30 @@ typedef void (*tile_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_
                                 int64_t ldy, int rows) {                                                            \
         tile(DTYPE_##T, 1, 0, 2, wg, nu, act, as, y, yd, ldy, rows, g_pf);                                                \
     }
-#define TILE_HALF(T, H) TILE_INST(T, 1, H) TILE_INST(T, 2, H) TILE_INST(T, 3, H) TILE_INST(T, 4, H) TILE_INST(T, 5, H) TILE_INST(T, 6, H)
-#define TILE_TYPE(T) TILE_GEMV(T) TILE_HALF(T, 0) TILE_HALF(T, 1)
+/* the quantized types' tiles go to 4 rows, the float types' to 6 (gemm_c) */
+#define TILE_HALF_Q(T, H) TILE_INST(T, 1, H) TILE_INST(T, 2, H) TILE_INST(T, 3, H) TILE_INST(T, 4, H)
+#define TILE_HALF_F(T, H) TILE_HALF_Q(T, H) TILE_INST(T, 5, H) TILE_INST(T, 6, H)
+#define TILE_TYPE(T) TILE_GEMV(T) TILE_HALF_Q(T, 0) TILE_HALF_Q(T, 1)
+#define TILE_TYPE_F(T) TILE_GEMV(T) TILE_HALF_F(T, 0) TILE_HALF_F(T, 1)
 TILE_TYPE(Q4_0)
 TILE_TYPE(Q4_1)
 TILE_TYPE(Q8_0)
 TILE_TYPE(Q4_K)
 TILE_TYPE(Q5_K)
 TILE_TYPE(Q6_K)
-TILE_TYPE(F16)
-TILE_TYPE(BF16)
+TILE_TYPE_F(F16)
+TILE_TYPE_F(BF16)
 
 struct tiles {
     tile_fn gemv;
     tile_fn gemm[2][GEMM_C + 1]; /* [half][activation rows] */
 };
-#define TILE_ROW_H(T, H) {NULL, tile_##T##_1_##H, tile_##T##_2_##H, tile_##T##_3_##H, tile_##T##_4_##H, tile_##T##_5_##H, tile_##T##_6_##H}
-#define TILE_ROW(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_H(T, 0), TILE_ROW_H(T, 1)}}
+#define TILE_ROW_Q(T, H) {NULL, tile_##T##_1_##H, tile_##T##_2_##H, tile_##T##_3_##H, tile_##T##_4_##H, NULL, NULL}
+#define TILE_ROW_F(T, H) {NULL, tile_##T##_1_##H, tile_##T##_2_##H, tile_##T##_3_##H, tile_##T##_4_##H, tile_##T##_5_##H, tile_##T##_6_##H}
+#define TILE_ROW(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_Q(T, 0), TILE_ROW_Q(T, 1)}}
+#define TILE_ROWF(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_F(T, 0), TILE_ROW_F(T, 1)}}
 static const struct tiles k_tiles[DTYPE_COUNT] = {TILE_ROW(Q4_0), TILE_ROW(Q4_1), TILE_ROW(Q4_K), TILE_ROW(Q5_K),
-                                                  TILE_ROW(Q6_K), TILE_ROW(Q8_0), TILE_ROW(F16),  TILE_ROW(BF16)};
+                                                  TILE_ROW(Q6_K), TILE_ROW(Q8_0), TILE_ROWF(F16), TILE_ROWF(BF16)};
 
 static void pk_gemm_avx2(const struct pk_args *a) {
     if (g_pf < 0) {
