@@ -120,10 +120,10 @@ void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ld
 
 /* Smallest m that takes the AMX tile path for a packed weight of `type` (when the CPU has AMX
  * and the OS granted it), or INT_MAX for types without tiles. Measured on the device Xeon
- * (tests/bench/RESULTS.md, "Kernels: packed layouts, AMX"; 4096x14336, 2 threads): the m from
- * which the tiles won at every larger m: BF16 6, F16 12, Q6_K 12, Q4_0/Q4_1 16, Q8_0/Q4_K/Q5_K
- * 32 (an int8 tile call costs the same for m = 17..32 as for 32). NM_AMX_MIN_M (environment)
- * forces one value for every type, for measurements. */
+ * (tests/bench/RESULTS.md; 4096x14336): the m from which the tiles won at every larger m: BF16
+ * 6, F16 12 (2 threads), every int8 type 12 (16 threads, the one-tile path of batched decode,
+ * weights from cache or DRAM). NM_AMX_MIN_M (environment) forces one value for every type, for
+ * measurements. */
 int kern_matmul_amx_min_m(enum dtype type);
 
 /* Which kernel family kern_matmul / kern_matmul_chunked_f64 use for packed layouts. AUTO is

@@ -32,16 +32,18 @@ int kern_matmul_amx_min_m(enum dtype type) {
         forced = e ? atoi(e) : -1;
     }
     if (forced > 0) return forced;
-    switch (type) { /* tests/bench/RESULTS.md, "Kernels: packed layouts, AMX": the m from which the
-                      * tiles won at every larger m measured (4096x14336, 2 threads) */
+    switch (type) { /* tests/bench/RESULTS.md: the m from which the tiles won at every larger m
+                      * measured (4096x14336; F16/BF16: 2 threads, "Kernels: packed layouts, AMX";
+                      * the int8 types: 16 threads, weights from cache and from DRAM, "Batched
+                      * decode on the int8 tiles") */
     case DTYPE_BF16: return 6;
     case DTYPE_F16: return 12;
-    case DTYPE_Q6_K: return 12;
     case DTYPE_Q4_0:
-    case DTYPE_Q4_1: return 16;
+    case DTYPE_Q4_1:
     case DTYPE_Q8_0:
     case DTYPE_Q4_K:
-    case DTYPE_Q5_K: return 32;
+    case DTYPE_Q5_K:
+    case DTYPE_Q6_K: return 12;
     default: return INT_MAX;
     }
 }

@@ -8,17 +8,20 @@
  * Int8 (block-quantized types). The f32 scaling per 32-column block (a q8x activation scale per
  * row, a weight scale per column) is the cost, not the tile product, so the kernel is built
  * around keeping the vector units busy while the tile unit works:
- *   - a batch of row groups is unpacked once per call into L2-resident panels: signed codes in
- *     B-tile order (Q4_0's q - 8, Q8_0's q, Q6_K's q - 32: TDPBSSD then gives the VNNI kernel's
- *     integer sum including its offset term) and the scales as f32 vectors, ready to use;
+ *   - the weight's blocks are unpacked into panel entries: signed codes in B-tile order (Q4_0's
+ *     q - 8, Q8_0's q, Q6_K's q - 32: TDPBSSD then gives the VNNI kernel's integer sum including
+ *     its offset term) and the scales as f32 vectors, ready to use. With several activation
+ *     tiles a batch of row groups is unpacked once per call into L2-resident panels; with one
+ *     (m <= 16, batched decode) each block is unpacked just before its use into a small L1 ring
+ *     (amx_i8_thin);
  *   - every activation tile (16 rows, in tile order: the driver copies the q8x rows once per
  *     call so a block's 16 x 32 codes are one TILELOADD of stride 32 and its 16 d and isum one
  *     line each; pk_args.act_tiles) runs over every panel of the batch with its 16 accumulators
  *     (16 output rows x 16 columns) in zmm registers;
  *   - per block: TILELOADD A and B, TILEZERO, TDPBSSD, TILESTORED of C into a 1 KiB L1 buffer,
- *     and the f32 step of the previous block (cvt, mul by d_a x d_w, fma: the same operations in
- *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); A and B rotate
- *     over three tile pairs and C over two, so loads run ahead of the products (amx_i8_dot).
+ *     and the f32 step of an earlier block (cvt, mul by d_a x d_w, fma: the same operations in
+ *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); C rotates over
+ *     four tiles, so a product never waits for the store of the one before it (amx_i8_dot).
  * Q6_K's two 16-column scale groups per block use two half tiles (K = 16) with their own C
  * tiles; its integer combination (two vpmulld) happens in the f32 step, as in the VNNI kernel.
  *
@@ -145,14 +148,15 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
     }
 }
 
-/* The f32 step of one block for 16 activation rows: c0 (and Q6_K's c1) the stored C tile(s),
- * 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d and isum of the block
+/* The f32 step of one block for the first rows (<= 16) activation rows of a tile: c0 (and Q6_K's
+ * c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d and isum of the block
  * (the activation tile's entry, pk_args.act_tiles). Per row the same operations, in the same
  * order, as the VNNI kernel (x86-avx512/packed.c). */
 NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm, const float *ad,
-                        const int32_t *ai, __m512 *acc) {
+                        const int32_t *ai, __m512 *acc, int rows) {
     const __m512 sc = _mm512_load_ps(prm);
     NM_UNROLL for (int r = 0; r < 16; r++) {
+        if (r >= rows) break; /* rows past m: zeros of the activation tile, never stored */
         const __m512i ci = _mm512_load_si512(c0 + 16 * r);
         switch (t) {
         case DTYPE_Q4_0:
@@ -199,29 +203,75 @@ NM_INLINE void amx_chunk_flush(__m512 *acc, const struct amx_out *o) {
     }
 }
 
-/* The order of the tile instructions: iteration b issues
- *   L(b + 2)  TILELOADD A and B of block b + 2 into tile set (b + 2) % 3 (A 0/1/2, B 3/4/5)
- *   T(b + 1)  TILEZERO + TDPBSSD of block b + 1 into C tile (b + 1) % 2 (6/7)
- *   P(b - 1)  the f32 step of block b - 1 from C buffer (b - 1) % 2
- *   S(b)      TILESTORED of block b's C into buffer b % 2
- * so every product has its operands loaded an iteration ahead and every store's product was
- * issued an iteration earlier. On the device Xeon this measured the same as the plain order
- * (store right after the product, the f32 step two blocks behind: 1.56 vs 1.59 int8 TOP/s, Q4_0,
- * 2 threads); the kernel is bound by the f32 step and the tile stores/loads, not by the order. */
+/* Just-in-time panel entries (one activation tile, amx_i8_thin): block b of the row group is
+ * unpacked AMX_AHEAD iterations before its tile load into slot b % AMX_RING of a small ring that
+ * stays in L1, instead of a whole panel written to L2 and read back; the weights are prefetched
+ * pfd bytes ahead of the unpacking, as the GEMV does (the weights come from DRAM, read once). */
+#define AMX_RING 8
+#define AMX_AHEAD 4
+struct amx_jit {
+    const uint8_t *wg;          /* the group's first unit */
+    size_t ub;                  /* bytes per unit */
+    int ublk;                   /* blocks per unit */
+    const uint8_t *pf, *pf_end; /* the next line to prefetch; the end of the weight bytes to read */
+    int pfd;                    /* prefetch distance in bytes (0: none) */
+};
+
+/* The prefetch distance: NM_PK_PREFETCH as for the VNNI kernels (x86-avx512/packed.c), 2048 by
+ * default. */
+static int amx_pf_bytes(void) {
+    static int pf = -1;
+    if (pf < 0) {
+        const char *e = getenv("NM_PK_PREFETCH");
+        pf = NM_MAX(0, e ? atoi(e) : 2048);
+    }
+    return pf;
+}
+
+NM_INLINE void amx_jit_unpack(const enum dtype t, struct amx_jit *j, int64_t b, uint8_t *dst) {
+    const uint8_t *u = j->wg + (size_t)(b / j->ublk) * j->ub;
+    if (j->pfd) {
+        const uint8_t *to = u + j->ub + j->pfd;
+        if (to > j->pf_end) to = j->pf_end;
+        for (; j->pf < to; j->pf += 64) _mm_prefetch((const char *)j->pf, _MM_HINT_T0);
+    }
+    amx_unpack_blk(t, u, (int)(b % j->ublk), dst);
+}
+
+/* The order of the tile instructions (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K): iteration b issues
+ *   U(b + 4)  with jit: the unpacking of block b + 4 into its ring slot
+ *   L(b + 1)  TILELOADD A and B of block b + 1 into tile set (b + 1) % 2 (A 0/1, B 2/3)
+ *   T(b)      TILEZERO + TDPBSSD of block b into C tile 4 + b % 4
+ *   S(b - 1)  TILESTORED of block b - 1's C into buffer (b - 1) % 4
+ *   P(b - 2)  the f32 step of block b - 2 from buffer (b - 2) % 4
+ * The tile registers are not renamed: with C over two tiles, each product waited for the store
+ * of the product two blocks back, which waited for that product's result, a chain that made the
+ * tile instructions alone cost about three times the product's own 16 cycles per block (device
+ * Xeon, RESULTS.md); over four C tiles the chain has three blocks of slack. A ring slot's vector
+ * stores are three iterations old when a tile load reads them; the entries in use at iteration
+ * b are b - 2 .. b + 4, 7 of the ring's 8. */
 
 /* One activation tile (ab: its first block in tile order, pk_args.act_tiles) times one row
- * group's panel (nb blocks, ps bytes apart) into acc; cb: four 1 KiB C buffers. Q6_K: per block
- * two half tiles (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. The
- * blocks are b0.. b0 + nb - 1 of the row; with ce (chunk ends of the row, ascending, the first
- * one > b0), every chunk's acc goes to out through amx_chunk_flush right after the f32 step of
- * its last block. */
-NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *pnl, size_t ps, int64_t nb,
-                          int32_t *cb, __m512 *acc, const int32_t *ce, int64_t b0, const struct amx_out *out) {
+ * group's blocks into acc, for the tile's first rows rows; cb: four 1 KiB C buffers (Q6_K: two of
+ * 2 KiB). The panel
+ * entries (ps bytes each) are pnl's, unpacked before (jit NULL: block b at pnl + b * ps), or
+ * unpacked here into the ring at pnl (jit; then b0 = 0). Q6_K: per block two half tiles
+ * (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. The blocks are b0 ..
+ * b0 + nb - 1 of the row; with ce (chunk ends of the row, ascending, the first one > b0), every
+ * chunk's acc goes to out through amx_chunk_flush right after the f32 step of its last block. */
+NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, size_t ps, int64_t nb, int32_t *cb,
+                          __m512 *acc, const int32_t *ce, int64_t b0, const struct amx_out *out, struct amx_jit *jit,
+                          int rows) {
     const long st = 32;
+    NM_ASSERT(!jit || b0 == 0);
 #define AMX_A(b) (ab + (size_t)(b) * PK_ACT_TILE_B)
 #define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
 #define AMX_AI(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_ISUM))
-#define AMX_B(b) (pnl + (size_t)(b) * ps)
+#define AMX_B(b) (pnl + (size_t)(jit ? (b) & (AMX_RING - 1) : (b)) * ps)
+#define AMX_U(b)                                                                                            \
+    do {                                                                                                    \
+        if (jit && (b) < nb) amx_jit_unpack(t, jit, (b), AMX_B(b));                                         \
+    } while (0)
 #define AMX_CHUNK(b)                                                                                        \
     do {                                                                                                    \
         if (ce && b0 + (b) + 1 == *ce) {                                                                    \
@@ -231,10 +281,11 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *
     } while (0)
 #define AMX_POST2(b, cbi)                                                                                   \
     do {                                                                                                    \
-        amx_post(t, cb + 256 * (cbi), NULL, (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), AMX_AD(b), \
-                 AMX_AI(b), acc);                                                                           \
+        amx_post(t, cb + 256 * (cbi), NULL, (const float *)(AMX_B(b) + AMX_PANEL_B), AMX_AD(b), AMX_AI(b),  \
+                 acc, rows);                                                                                \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
+    for (int64_t b = 0; b < AMX_AHEAD; b++) AMX_U(b);
     if (t == DTYPE_Q6_K) {
 #define AMX_Q6_L(b)                                                                                         \
     do {                                                                                                    \
@@ -252,80 +303,125 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, const uint8_t *
     } while (0)
 #define AMX_Q6_POST(b)                                                                                      \
     do {                                                                                                    \
-        amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256,                                       \
-                 (const float *)(pnl + (size_t)(b) * ps + AMX_PANEL_B), AMX_AD(b), AMX_AI(b), acc);         \
+        amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256, (const float *)(AMX_B(b) + AMX_PANEL_B), \
+                 AMX_AD(b), AMX_AI(b), acc, rows);                                                          \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
         AMX_Q6_L(0);
         for (int64_t b = 0; b < nb; b++) {
+            AMX_U(b + AMX_AHEAD);
             if (b & 1) AMX_Q6_T(6, 7);
             else AMX_Q6_T(4, 5);
             if (b + 1 < nb) AMX_Q6_L(b + 1);
             if (b >= 1) AMX_Q6_POST(b - 1);
+            int32_t *c = cb + 512 * (b & 1);
             if (b & 1) {
-                TILE_STORE(6, cb + 512, 64);
-                TILE_STORE(7, cb + 768, 64);
+                TILE_STORE(6, c, 64);
+                TILE_STORE(7, c + 256, 64);
             } else {
-                TILE_STORE(4, cb, 64);
-                TILE_STORE(5, cb + 256, 64);
+                TILE_STORE(4, c, 64);
+                TILE_STORE(5, c + 256, 64);
             }
         }
         AMX_Q6_POST(nb - 1);
         return;
     }
-#define AMX_L(SA, SB, b)                                                                                    \
+/* block b's step: next A, B (LA, LB); product into C (TA, TB); the previous C (SC, its buffer SI) */
+#define AMX_STEP(LA, LB, C, TA, TB, SC, SI)                                                                 \
     do {                                                                                                    \
-        TILE_LOAD(SA, AMX_A(b), st);                                                                        \
-        TILE_LOAD(SB, AMX_B(b), 64);                                                                        \
-    } while (0)
-#define AMX_T(SA, SB, C)                                                                                    \
-    do {                                                                                                    \
+        if (b + 1 < nb) {                                                                                   \
+            TILE_LOAD(LA, AMX_A(b + 1), st);                                                                \
+            TILE_LOAD(LB, AMX_B(b + 1), 64);                                                                \
+        }                                                                                                   \
         TILE_ZERO(C);                                                                                       \
-        TILE_DPBSSD(C, SA, SB);                                                                             \
+        TILE_DPBSSD(C, TA, TB);                                                                             \
+        if (b >= 1) TILE_STORE(SC, cb + 256 * (SI), 64);                                                    \
+        if (b >= 2) AMX_POST2(b - 2, (b - 2) & 3);                                                          \
     } while (0)
-    AMX_L(0, 3, 0);
-    if (nb > 1) AMX_L(1, 4, 1);
-    AMX_T(0, 3, 6);
+    TILE_LOAD(0, AMX_A(0), st);
+    TILE_LOAD(2, AMX_B(0), 64);
     for (int64_t b = 0; b < nb; b++) {
-        if (b + 2 < nb) switch ((b + 2) % 3) {
-            case 0: AMX_L(0, 3, b + 2); break;
-            case 1: AMX_L(1, 4, b + 2); break;
-            default: AMX_L(2, 5, b + 2); break;
-            }
-        if (b + 1 < nb) switch ((b + 1) % 6) {
-            case 0: AMX_T(0, 3, 6); break;
-            case 1: AMX_T(1, 4, 7); break;
-            case 2: AMX_T(2, 5, 6); break;
-            case 3: AMX_T(0, 3, 7); break;
-            case 4: AMX_T(1, 4, 6); break;
-            default: AMX_T(2, 5, 7); break;
-            }
-        if (b >= 1) AMX_POST2(b - 1, (b - 1) & 1);
-        if (b & 1) TILE_STORE(7, cb + 256, 64);
-        else TILE_STORE(6, cb, 64);
+        AMX_U(b + AMX_AHEAD);
+        switch (b & 3) {
+        case 0: AMX_STEP(1, 3, 4, 0, 2, 7, 3); break;
+        case 1: AMX_STEP(0, 2, 5, 1, 3, 4, 0); break;
+        case 2: AMX_STEP(1, 3, 6, 0, 2, 5, 1); break;
+        default: AMX_STEP(0, 2, 7, 1, 3, 6, 2); break;
+        }
     }
-    AMX_POST2(nb - 1, (nb - 1) & 1);
+    switch ((nb - 1) & 3) { /* the last block's C */
+    case 0: TILE_STORE(4, cb, 64); break;
+    case 1: TILE_STORE(5, cb + 256, 64); break;
+    case 2: TILE_STORE(6, cb + 512, 64); break;
+    default: TILE_STORE(7, cb + 768, 64); break;
+    }
+    if (nb >= 2) AMX_POST2(nb - 2, (nb - 2) & 3);
+    AMX_POST2(nb - 1, (nb - 1) & 3);
 #undef AMX_A
 #undef AMX_AD
 #undef AMX_AI
 #undef AMX_B
+#undef AMX_U
 #undef AMX_CHUNK
 #undef AMX_POST2
 #undef AMX_Q6_L
 #undef AMX_Q6_T
 #undef AMX_Q6_POST
-#undef AMX_L
-#undef AMX_T
+#undef AMX_STEP
 }
 
-/* Int8 tiles for one type. The weight is taken in slabs of AMX_SLAB_BLOCKS blocks of K for a
- * batch of row groups whose slab panels fit AMX_PANEL_BUDGET (L2): the panels are unpacked once;
- * then every activation tile (16 rows, in tile order: codes one TILELOADD of stride 32, the rows'
- * d and isum one line) runs over every panel of the batch, one tile product per block, the f32
- * step trailing (amx_i8_dot). An activation tile's slab is read from the shared cache once per
- * batch of groups and reused from L2 by each of them; between slabs each (tile, group)'s 16 x 16
- * f32 accumulators wait in an L2 buffer, so every output is still one f32 sum over K in block
- * order (the same bits as one pass: the slabs change where acc lives, not the operations). */
+/* Where row group g's results go (the tile's first rows rows, starting at activation row m0). */
+NM_INLINE struct amx_out amx_out_of(const struct pk_args *a, int64_t g, int m0, int rows) {
+    const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
+    const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
+    return (struct amx_out){.yd = a->yd ? a->yd + o : NULL, .ldy = a->ldy, .rows = rows,
+                            .rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u)};
+}
+
+/* A finished (tile, group) pair's acc to the output: y written or yd added to. */
+NM_INLINE void amx_i8_out(const struct pk_args *a, int64_t g, int m0, int rows, const __m512 *acc) {
+    const __mmask16 rm = amx_out_of(a, g, m0, rows).rm;
+    const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
+    NM_UNROLL for (int r = 0; r < 16; r++)
+        if (r < rows)
+            nm_store_rows(a->yd ? NULL : a->y + o + r * a->ldy, a->yd ? a->yd + o + r * a->ldy : NULL, rm, acc[r]);
+}
+
+/* One activation tile (m <= 16: the rows of a batched decode step). Each weight block then
+ * serves one tile product only, so a panel unpacked to L2 and read back buys nothing: each row
+ * group runs all of K with its blocks unpacked just in time into the L1 ring (amx_jit), its
+ * weights prefetched, A and C tiles of m rows (amx_i8 configures them so: fewer C lines stored
+ * and read back) and the f32 step for the m rows only. The operations per output are those of
+ * the panel path (and of the VNNI kernel): the same bits. */
+NM_INLINE void amx_i8_thin(const enum dtype t, const struct pk_args *a, uint8_t *ring, size_t ps, int32_t *cb) {
+    const int ublk = pk_unit_cols(t) / 32;
+    const int64_t nb = a->n_units * ublk;
+    const size_t ub = pk_unit_bytes(t), gbytes = (size_t)a->n_units * ub;
+    /* the groups' bytes follow each other (a whole-K call): the prefetch runs on into the next group */
+    const bool contiguous = a->group_stride == gbytes;
+    const uint8_t *wend = a->w + (size_t)(a->n_groups - 1) * a->group_stride + gbytes;
+    struct amx_jit jit = {.ub = ub, .ublk = ublk, .pf = a->w, .pfd = amx_pf_bytes()};
+    for (int64_t g = 0; g < a->n_groups; g++) {
+        jit.wg = a->w + (size_t)g * a->group_stride;
+        if (jit.pf < jit.wg) jit.pf = jit.wg;
+        jit.pf_end = contiguous ? wend : jit.wg + gbytes;
+        const struct amx_out out = amx_out_of(a, g, 0, a->m);
+        __m512 acc[16];
+        NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+        amx_i8_dot(t, a->act, ring, ps, nb, cb, acc, a->chunk_end, 0, &out, &jit, a->m);
+        if (!a->chunk_end) amx_i8_out(a, g, 0, a->m, acc); /* chunked: every chunk went to yd as it ended */
+    }
+}
+
+/* Int8 tiles for one type. One activation tile: amx_i8_thin. More: the weight is taken in slabs
+ * of AMX_SLAB_BLOCKS blocks of K for a batch of row groups whose slab panels fit
+ * AMX_PANEL_BUDGET (L2): the panels are unpacked once; then every activation tile (16 rows, in
+ * tile order: codes one TILELOADD of stride 32, the rows' d and isum one line) runs over every
+ * panel of the batch, one tile product per block, the f32 step trailing (amx_i8_dot). An
+ * activation tile's slab is read from the shared cache once per batch of groups and reused from
+ * L2 by each of them; between slabs each (tile, group)'s 16 x 16 f32 accumulators wait in an L2
+ * buffer, so every output is still one f32 sum over K in block order (the same bits as one pass:
+ * the slabs change where acc lives, not the operations). */
 NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     NM_ASSERT(a->act_tiles);
     const int q6 = t == DTYPE_Q6_K;
@@ -334,37 +430,41 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     const size_t ub = pk_unit_bytes(t);
     const size_t ps = AMX_PANEL_B + 64 * (size_t)amx_np(t);
     const int m = a->m, nt = (m + 15) / 16;
-    /* one activation tile: no reuse to gain from slabs */
-    const int64_t sb = nt == 1 ? nb : NM_MIN(nb, (int64_t)AMX_SLAB_BLOCKS / ublk * ublk);
-    const size_t panel = (size_t)sb * ps; /* one group's slab */
-    const int64_t gbatch = NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
-    const bool slabs = sb < nb;
+    const bool thin = nt == 1;
+    const int64_t sb = NM_MIN(nb, (int64_t)AMX_SLAB_BLOCKS / ublk * ublk);
+    const size_t panel = thin ? AMX_RING * ps : (size_t)sb * ps; /* thin: the ring; else one group's slab */
+    const int64_t gbatch = thin ? 1 : NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
+    const bool slabs = !thin && sb < nb;
     const size_t accb = slabs ? (size_t)nt * (size_t)gbatch * 1024 : 0; /* [tile][group][16][16] f32 */
-    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + accb + 64);
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 8192 + accb + 64);
     uint8_t *pnl = scr;
-    int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel);
-    float *accbuf = (float *)(scr + (size_t)gbatch * panel + 4096);
+    int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel); /* C buffers: 4 x 1 KiB (Q6_K: 4 x 2 KiB) */
+    float *accbuf = (float *)(scr + (size_t)gbatch * panel + 8192);
     const bool chunked = a->chunk_end != NULL;
     NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nb));
 
     struct amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
+    const int tr = thin ? m : 16; /* rows of the A and C tiles */
     if (q6) { /* A 0/1 (K = 16), B 2/3, C 4..7 */
-        amx_cfg_set(&cfg, 0, 16, 16);
-        amx_cfg_set(&cfg, 1, 16, 16);
+        amx_cfg_set(&cfg, 0, tr, 16);
+        amx_cfg_set(&cfg, 1, tr, 16);
         amx_cfg_set(&cfg, 2, 4, 64);
         amx_cfg_set(&cfg, 3, 4, 64);
-        for (int i = 4; i < 8; i++) amx_cfg_set(&cfg, i, 16, 64);
-    } else { /* A 0/1/2 (K = 32), B 3/4/5, C 6/7 */
-        for (int i = 0; i < 3; i++) {
-            amx_cfg_set(&cfg, i, 16, 32);
-            amx_cfg_set(&cfg, i + 3, 8, 64);
+        for (int i = 4; i < 8; i++) amx_cfg_set(&cfg, i, tr, 64);
+    } else { /* A 0/1 (K = 32), B 2/3, C 4..7 */
+        for (int i = 0; i < 2; i++) {
+            amx_cfg_set(&cfg, i, tr, 32);
+            amx_cfg_set(&cfg, i + 2, 8, 64);
         }
-        amx_cfg_set(&cfg, 6, 16, 64);
-        amx_cfg_set(&cfg, 7, 16, 64);
+        for (int i = 4; i < 8; i++) amx_cfg_set(&cfg, i, tr, 64);
     }
     TILE_CFG(&cfg);
+    if (thin) {
+        amx_i8_thin(t, a, pnl, ps, cb);
+        return;
+    }
 
     for (int64_t g0 = 0; g0 < a->n_groups; g0 += gbatch) {
         const int64_t ng = NM_MIN(gbatch, a->n_groups - g0);
@@ -383,23 +483,16 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
                 const int m0 = 16 * ti, rows = NM_MIN(16, m - m0);
                 const uint8_t *ab = a->act + (size_t)ti * a->act_stride + (size_t)k0 * PK_ACT_TILE_B;
                 for (int64_t j = 0; j < ng; j++) {
-                    const int64_t g = g0 + j, rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
-                    const __mmask16 rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u);
-                    const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
-                    const struct amx_out out = {.yd = a->yd ? a->yd + o : NULL, .ldy = a->ldy, .rows = rows, .rm = rm};
+                    const struct amx_out out = amx_out_of(a, g0 + j, m0, rows);
                     float *sav = accbuf + ((size_t)ti * (size_t)gbatch + (size_t)j) * 256;
                     __m512 acc[16];
                     NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sav + 16 * r);
-                    amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, kb, cb, acc, chunked ? ce0 : NULL, k0, &out);
+                    amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, kb, cb, acc, chunked ? ce0 : NULL, k0, &out, NULL, rows);
                     if (!last) {
                         NM_UNROLL for (int r = 0; r < 16; r++) _mm512_store_ps(sav + 16 * r, acc[r]);
                         continue;
                     }
-                    if (chunked) continue; /* every chunk went to yd as it ended */
-                    NM_UNROLL for (int r = 0; r < 16; r++)
-                        if (r < rows)
-                            nm_store_rows(a->yd ? NULL : a->y + o + r * a->ldy, a->yd ? a->yd + o + r * a->ldy : NULL,
-                                          rm, acc[r]);
+                    if (!chunked) amx_i8_out(a, g0 + j, m0, rows, acc); /* chunked: every chunk went to yd as it ended */
                 }
             }
         }

@@ -8,14 +8,19 @@
  *    (2 m n k per call) and % of the AMX peak, which is assumed to be, per core per cycle, 2048
  *    int8 ops (TDPBSUD: 16x16x64 MACs in 16 cycles) or 1024 bf16 flops (TDPBF16PS: 16x16x32 in
  *    16 cycles), times the cores used and the clock measured here (a chain of dependent adds).
- *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x), per type on
- *    4096x14336: the m from which the tiles win.
+ *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x 1: one copy of
+ *    the weight, so mostly from cache; -x 2: the copies cycled, from DRAM as in batched decode),
+ *    per type on 4096x14336: the m from which the tiles win.
  *  - with -c C: the same m = 512 GEMM through kern_matmul_chunked_f64 with chunks of C columns
  *    (the row-parallel matmuls attn_output / ffn_down always run that way, SHARD_FF_CHUNK = 256).
- * Median of -r repetitions after one warm-up. Threads bound to cpus 0..t-1.
+ * Median of -r repetitions after one warm-up. Threads bound to the first t CPUs the process may
+ * use (so several copies under taskset measure what cores give when all work at once).
  *
- *   bench_gemm [-t 2,16] [-T q4_0,...] [-S KxN,...] [-r reps] [-m 512] [-x 0|1] [-c cols] */
+ *   bench_gemm [-t 2,16] [-T q4_0,...] [-S KxN,...] [-r reps] [-m 512] [-x 0|1|2] [-c cols] */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <inttypes.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,30 @@
 #include "bench_util.h"
 
 double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
+long bench_amx_probe(bool int8, long iters);
+
+/* The tile unit's ceiling with nth threads (amx_probe.c), TOP/s: every thread of the pool runs
+ * the probe at once; the best of three runs. */
+struct probe_job {
+    bool int8;
+    long iters;
+    atomic_long ops;
+};
+static void probe_worker(void *ctx, int ith, int nth) {
+    (void)ith, (void)nth;
+    struct probe_job *j = ctx;
+    atomic_fetch_add(&j->ops, bench_amx_probe(j->int8, j->iters));
+}
+static double amx_probe(struct pool *pool, bool int8) {
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        struct probe_job j = {.int8 = int8, .iters = 1L << 20};
+        const uint64_t t0 = nm_time_ns();
+        pool_run(pool, probe_worker, &j);
+        best = NM_MAX(best, (double)j.ops / (double)(nm_time_ns() - t0) * 1e-3);
+    }
+    return best;
+}
 
 static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
                                      DTYPE_BF16, DTYPE_F16,  DTYPE_Q4_1, DTYPE_Q5_K};
@@ -90,30 +119,44 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-x")) sweep = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-c")) chunk = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: %s [-t 2,all] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-x 0|1] [-c cols]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t 2,all] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-x 0|1|2] [-c cols]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 1) reps = 1;
-    const int ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    /* the CPUs this process may run on (taskset): threads are bound to the first t of them */
+    int allowed[512], ncpu = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE && ncpu < 512; c++)
+            if (CPU_ISSET(c, &set)) allowed[ncpu++] = c;
+    } else {
+        ncpu = (int)NM_MIN(512L, sysconf(_SC_NPROCESSORS_ONLN));
+        for (int c = 0; c < ncpu; c++) allowed[c] = c;
+    }
     const bool amx = kern_amx_available();
     const double ghz = bench_clock_ghz();
     printf("# bench_gemm: ISA %s, AMX %s, %d cpus, clock %.2f GHz (measured); GEMV m=1 from DRAM (>= %zu MiB cycled);"
            " GEMM m=%d; median of %d reps\n",
            kern_isa_get()->name, amx ? "yes" : "no", ncpu, ghz, COPY_BYTES_MIN >> 20, m_gemm, reps);
-    struct pool *packer = pool_init(ncpu, NULL);
+    struct pool *packer = pool_init(ncpu, allowed);
     char tbuf[128];
     snprintf(tbuf, sizeof tbuf, "%s", threads);
     for (char *save = NULL, *tok = strtok_r(tbuf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         const int nth = strcmp(tok, "all") == 0 ? ncpu : NM_MIN(atoi(tok), ncpu);
         int cpus[512];
-        for (int i = 0; i < nth; i++) cpus[i] = i;
+        for (int i = 0; i < nth; i++) cpus[i] = allowed[i];
         struct pool *pool = pool_init(nth, cpus);
         double slo, shi;
         const double stream = bench_stream_measure(pool, (size_t)1 << 30, 5, &slo, &shi);
         const double peak_i8 = 2048.0 * nth * ghz * 1e-3, peak_bf = 1024.0 * nth * ghz * 1e-3; /* TOP/s */
         printf("\n## threads=%d  stream read %.2f GB/s (min %.2f max %.2f); AMX peak %.1f int8 TOP/s, %.1f bf16 TFLOP/s\n",
                nth, stream, slo, shi, peak_i8, peak_bf);
+        if (amx) {
+            const double pi = amx_probe(pool, true), pb = amx_probe(pool, false);
+            printf("   the tile unit alone (tile products, no memory; amx_probe.c): %.1f int8 TOP/s, %.1f bf16 TFLOP/s"
+                   " (%.2f / %.2f per thread)\n", pi, pb, pi / nth, pb / nth);
+        }
         printf("%-5s %-11s | %8s %6s | %8s %6s | %9s %9s %6s | %9s %6s | %9s %6s\n", "type", "KxN", "pk GB/s", "%strm",
                "rows GB/s", "%strm", "vnni TF/s", "amx TF/s", "%peak", "amx/vnni", "MiB", "bf16 TF/s", "%peak");
         for (size_t ti = 0; ti < NM_ARRAY_LEN(k_types); ti++) {
@@ -192,16 +235,18 @@ int main(int argc, char **argv) {
                     nm_free(yd);
                 }
                 if (sweep && si == SWEEP_SHAPE && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {
-                    printf("  switch %s %s: us per call by m (vnni / amx):", info->name, shape);
+                    const int sc = sweep == 2 ? copies : 1; /* -x 2: weights from DRAM, as in batched decode */
+                    printf("  switch %s %s, weights from %s: us per call by m (vnni / amx):", info->name, shape,
+                           sc > 1 ? "DRAM" : "one copy (cache)");
                     static const int ms[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, SWEEP_M_MAX};
                     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
                         struct act xs = {.m = ms[mi], .k = k, .f32 = x, .q8 = q8};
                         kern_matmul_force_path(g_simd);
-                        const double a = time_calls(pool, wp, 1, &xs, y, reps);
+                        const double a = time_calls(pool, wp, sc, &xs, y, reps);
                         double b = 0;
                         if (amx) {
                             kern_matmul_force_path(KERN_PATH_AMX);
-                            b = time_calls(pool, wp, 1, &xs, y, reps);
+                            b = time_calls(pool, wp, sc, &xs, y, reps);
                         }
                         printf(" m=%d %.0f/%.0f", ms[mi], a * 1e-3, b * 1e-3);
                     }

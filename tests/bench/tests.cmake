@@ -9,6 +9,9 @@ target_link_libraries(bench_gemv PRIVATE nm_kernels)
 # Packed layouts (issue 4): GEMV GB/s vs stream on q_tile16/f_pair16, GEMM TFLOP/s on the VNNI
 # and AMX paths vs the AMX peak, and the GEMV/GEMM switch point.
 add_executable(bench_gemm ${CMAKE_CURRENT_LIST_DIR}/bench_gemm.c ${CMAKE_CURRENT_LIST_DIR}/bench_stream.c)
+# the tile unit's own ceiling (amx_probe.c, AMX flags; run only where the kernels found AMX)
+target_sources(bench_gemm PRIVATE ${CMAKE_CURRENT_LIST_DIR}/amx_probe.c)
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/amx_probe.c PROPERTIES COMPILE_OPTIONS "-mamx-tile;-mamx-int8;-mamx-bf16")
 target_compile_definitions(bench_gemm PRIVATE BENCH_STREAM_NO_MAIN)
 target_link_libraries(bench_gemm PRIVATE nm_kernels)
 # oneDNN as a candidate for BF16/F32 matmuls (kernels/onednn), only where oneDNN was found:
