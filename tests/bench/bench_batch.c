@@ -2,7 +2,9 @@
  * each decode one row per step, for B = 1, 2, 4, 8, 16, 32, 64: what continuous batching buys a
  * server. One rank, a synthetic model of a preset and type; each sequence first evaluates a
  * 64-token prompt, then 32 steps are timed (after 2 of warm-up), greedy sampling included.
- * Prints one row per B: ms per step, generated tokens per second, and the speed-up over B = 1;
+ * Prints one row per B: ms per step, the forward pass's share of it (engine_eval_batch alone, the
+ * sampling left out) and its ratio to B = 1's, generated tokens per second, and the speed-up over
+ * B = 1;
  * with NM_PROFILE=1, each B's decode steps by forward-pass phase (engine_phase_report) on stderr.
  *
  * usage: bench_batch PRESET TYPE DIR [THREADS [MAX_B]] */
@@ -52,8 +54,9 @@ int main(int argc, char **argv) {
     float *logits = malloc((size_t)MAX_SEQ * (size_t)V * sizeof(float));
     printf("# bench_batch: %s %s, kernels %s, %d threads; %d-token prompts, %d timed decode steps\n", argv[1],
            argv[2], kern_isa_get()->name, threads, N_PROMPT, N_STEPS);
-    printf("| B (sequences) | ms per step | generated t/s | vs B=1 |\n|---:|---:|---:|---:|\n");
-    double tps1 = 0;
+    printf("| B (sequences) | ms per step | forward ms | forward vs B=1 | generated t/s | vs B=1 |\n"
+           "|---:|---:|---:|---:|---:|---:|\n");
+    double tps1 = 0, fwd1 = 0;
     for (int B = 1; B <= max_b; B *= 2) {
         for (int s = 0; s < MAX_SEQ; s++) engine_seq_clear(e, s);
         int n = 0;
@@ -70,7 +73,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
-        double t0 = 0;
+        double t0 = 0, fwd = 0;
         struct engine_times ph0, ph1;
         for (int step = 0; step < N_WARM + N_STEPS; step++) {
             if (step == N_WARM) {
@@ -84,10 +87,12 @@ int main(int argc, char **argv) {
                 want[s] = true;
             }
             b.n = B;
+            const double f0 = nm_time_s();
             if (engine_eval_batch(e, &b, logits, err, sizeof err)) {
                 fprintf(stderr, "decode: %s\n", err);
                 return 1;
             }
+            if (step >= N_WARM) fwd += nm_time_s() - f0;
             for (int s = 0; s < B; s++) next[s] = engine_sample(e, smp, logits + (size_t)s * (size_t)V);
         }
         const double t = nm_time_s() - t0, tps = (double)B * N_STEPS / t;
@@ -97,8 +102,9 @@ int main(int argc, char **argv) {
             engine_phase_report(&ph0, &ph1, t, line, sizeof line);
             fprintf(stderr, "profile: B=%d: %s\n", B, line);
         }
-        if (B == 1) tps1 = tps;
-        printf("| %d | %.2f | %.1f | %.2fx |\n", B, 1e3 * t / N_STEPS, tps, tps / tps1);
+        if (B == 1) tps1 = tps, fwd1 = fwd;
+        printf("| %d | %.2f | %.2f | %.2fx | %.1f | %.2fx |\n", B, 1e3 * t / N_STEPS, 1e3 * fwd / N_STEPS, fwd / fwd1,
+               tps, tps / tps1);
         fflush(stdout);
     }
     free(tok);
