@@ -184,6 +184,12 @@ bool kern_isa_avx512_has(enum dtype t) {
     return g_avx512.vec_dot[t] != g_ref.vec_dot[t] && g_avx512.gemm[t] != g_ref.gemm[t];
 }
 
+bool kern_isa_avx2_has(enum dtype t) {
+    pthread_once(&g_tables_once, tables_init);
+    NM_ASSERT((unsigned)t < DTYPE_COUNT);
+    return g_avx2.vec_dot[t] != g_ref.vec_dot[t] && g_avx2.gemm[t] != g_ref.gemm[t];
+}
+
 bool kern_isa_avx2_has_packed(enum dtype t) {
     pthread_once(&g_tables_once, tables_init);
     return pk_unit_bytes(t) > 0 && g_avx2.pk_gemm != g_ref.pk_gemm; /* avx2_fill_packed: every packed type */

@@ -79,9 +79,11 @@ const struct kern_isa *kern_isa_get(void);
  * with): a property of the build, whatever this CPU runs. The layout planner asks it. */
 bool kern_isa_avx512_has(enum dtype t);
 
-/* Whether the avx2 table has a packed-layout kernel (pk_gemm) for type t: a property of the
- * build, whatever this CPU runs. The layout planner asks it. */
+/* Whether the avx2 table has a packed-layout kernel (pk_gemm) for type t, and whether it has
+ * vec_dot/gemm kernels of its own for type t on its GGUF rows (the block decoder types): a
+ * property of the build, whatever this CPU runs. The layout planner asks them. */
 bool kern_isa_avx2_has_packed(enum dtype t);
+bool kern_isa_avx2_has(enum dtype t);
 
 /* Reference table (always available; tests compare the others with it). */
 const struct kern_isa *kern_isa_ref(void);

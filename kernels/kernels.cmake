@@ -7,6 +7,8 @@ set(NM_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-ma
 set_source_files_properties(${NM_KERNELS_AVX512_SRC} PROPERTIES COMPILE_OPTIONS "${NM_AVX512_FLAGS}")
 file(GLOB NM_KERNELS_AVX2_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/x86-avx2/*.c)
 set_source_files_properties(${NM_KERNELS_AVX2_SRC} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+# blocks.c repeats block_vec_dot_ref's float expression term for term: no FMA contraction
+set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86-avx2/blocks.c PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-ffp-contract=off")
 # AMX: the tile kernels (amx.c, the only file with the AMX flags) and their emulation (amx_emu.c,
 # AVX-512 flags only, for tests on CPUs without AMX).
 set(NM_KERNELS_AMX_SRC ${CMAKE_CURRENT_LIST_DIR}/x86-amx/amx.c ${CMAKE_CURRENT_LIST_DIR}/x86-amx/amx_emu.c)

@@ -17,8 +17,18 @@ const char *tensor_use_name(enum tensor_use use) {
 
 /* NEED_AVX512_BLOCKS: the avx512 path, and an AVX-512 kernel for the type on its GGUF blocks
  * (kern_isa_avx512_has: the types of the block decoder interface get theirs one by one).
- * NEED_AVX2_PACKED: the avx2 path and its packed-layout kernel for the type. */
-enum need { NEED_NONE, NEED_AVX512, NEED_AVX512_BLOCKS, NEED_AVX2_PACKED, NEED_AMX_INT8, NEED_AMX_BF16, NEED_AMX_BF16_BLOCKS };
+ * NEED_AVX2_PACKED: the avx2 path and its packed-layout kernel for the type.
+ * NEED_AVX2_BLOCKS: the avx2 path and its kernel for the type on its GGUF blocks. */
+enum need {
+    NEED_NONE,
+    NEED_AVX512,
+    NEED_AVX512_BLOCKS,
+    NEED_AVX2_PACKED,
+    NEED_AVX2_BLOCKS,
+    NEED_AMX_INT8,
+    NEED_AMX_BF16,
+    NEED_AMX_BF16_BLOCKS
+};
 
 struct plan_entry {
     enum weight_layout layout;
@@ -39,6 +49,7 @@ static const struct plan_entry k_block_list[] = {
     {WEIGHT_LAYOUT_ROWS, NEED_AMX_BF16_BLOCKS,
      "AMX-BF16 tiles (prompt of one sequence) + AVX-512 VNNI on the GGUF blocks (decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_AVX512_BLOCKS, "AVX-512 VNNI on the GGUF blocks (prompt and decode)"},
+    {WEIGHT_LAYOUT_ROWS, NEED_AVX2_BLOCKS, "AVX2 on the GGUF blocks: the type's plain-C decoder, vpmaddubsw dots"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 static const struct plan_entry k_half_list[] = {
@@ -67,8 +78,9 @@ static const char *need_missing(enum need need, enum dtype t, const struct cpu_f
         snprintf(buf, len, "no AVX-512 kernel for %s yet", dtype_get((uint32_t)t)->name);
         return buf;
     case NEED_AVX2_PACKED:
+    case NEED_AVX2_BLOCKS:
         if ((m = cpu_avx2_missing(cpu)) != NULL) break;
-        if (kern_isa_avx2_has_packed(t)) return NULL;
+        if (need == NEED_AVX2_PACKED ? kern_isa_avx2_has_packed(t) : kern_isa_avx2_has(t)) return NULL;
         snprintf(buf, len, "no AVX2 kernel for %s", dtype_get((uint32_t)t)->name);
         return buf;
     case NEED_AMX_INT8:

@@ -52,8 +52,7 @@ struct engine {
     bool onednn_widen; /* the pool is bound: give oneDNN's threads all its cores (onednn_cpus) */
     cpu_set_t onednn_cpus;
 
-    /* The batch being evaluated and its attention work: a sequence's run of adjacent rows is one
-     * item when it is a single row (decode), else blocks of ATTN_Q_BLOCK of its rows. */
+    /* The batch being evaluated and its attention work (attn_plan). */
     const struct engine_batch *b;
     struct attn_item *attn_items; /* [n_batch * n_head_l] */
     int n_attn_items;
@@ -561,17 +560,24 @@ static int64_t attn_kv_head(const struct engine *e, int64_t h) {
 }
 
 /* The batch's attention work (e->attn_items), dealt to the threads in turn. A sequence's run of
- * adjacent rows, when it is a single row (decode: op_attention_head), gives one item per KV head:
- * the query heads that share it run one after the other on one thread, so that K and V come
- * from that core's cache after the first (a 16-sequence decode step of an 8B model spent 11% of
- * its time here, reading each KV head once per query head). Longer runs give blocks of
+ * adjacent rows, when it is a single row (decode: op_attention_head), gives one item per KV head
+ * where that makes enough items for the threads: the query heads that share it run one after the
+ * other on one thread, so that K and V come from that core's cache after the first (a 16-sequence
+ * decode step of an 8B model spent 11% of its time here, reading each KV head once per query
+ * head). With fewer single rows (one sequence decoding), a KV head's query heads are split over
+ * several items, down to one head each, so that no thread idles. Longer runs give blocks of
  * ATTN_Q_BLOCK consecutive queries (op_attention_queries: the kernel's block, enough to reuse
  * every K/V value loaded, few enough for several items per thread), one item per query head.
  * Each head's result is the same whichever item computes it. Made once per batch; every layer
  * uses it. */
 static void attn_plan(struct engine *e) {
     const struct engine_batch *b = e->b;
-    const int nh = (int)e->n_head_l;
+    const int nh = (int)e->n_head_l, nth = pool_size(e->pool);
+    int n_alone = 0;
+    for (int r = 0; r < b->n; r++)
+        n_alone += (r == 0 || b->seq[r] != b->seq[r - 1]) && (r + 1 == b->n || b->seq[r + 1] != b->seq[r]);
+    /* query heads per single-row item: a whole KV group when the groups alone keep every thread busy */
+    const int per = n_alone * e->n_head_kv_l >= nth ? nh : NM_MAX(1, n_alone * nh / nth);
     e->n_attn_items = 0;
     for (int r0 = 0, r1; r0 < b->n; r0 = r1) {
         for (r1 = r0 + 1; r1 < b->n && b->seq[r1] == b->seq[r0];) r1++;
@@ -580,7 +586,7 @@ static void attn_plan(struct engine *e) {
             for (int h0 = 0, h1; h0 < nh; h0 = h1) {
                 h1 = h0 + 1;
                 if (alone)
-                    while (h1 < nh && attn_kv_head(e, h1) == attn_kv_head(e, h0)) h1++;
+                    while (h1 < nh && h1 - h0 < per && attn_kv_head(e, h1) == attn_kv_head(e, h0)) h1++;
                 e->attn_items[e->n_attn_items++] =
                     (struct attn_item){.row0 = i0, .n = NM_MIN(ATTN_Q_BLOCK, r1 - i0), .seq = b->seq[r0], .h0 = h0,
                                        .nh = h1 - h0, .pos0 = b->pos[i0], .alone = alone};

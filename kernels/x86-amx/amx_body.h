@@ -209,6 +209,8 @@ NM_INLINE void amx_chunk_flush(__m512 *acc, const struct amx_out *o) {
  * pfd bytes ahead of the unpacking, as the GEMV does (the weights come from DRAM, read once). */
 #define AMX_RING 8
 #define AMX_AHEAD 4
+/* slots by b & (AMX_RING - 1); in use at once: b - 2 .. b + AMX_AHEAD (amx_i8_dot) */
+_Static_assert((AMX_RING & (AMX_RING - 1)) == 0 && AMX_AHEAD + 3 <= AMX_RING, "the ring holds the entries in use");
 struct amx_jit {
     const uint8_t *wg;          /* the group's first unit */
     size_t ub;                  /* bytes per unit */
@@ -231,8 +233,7 @@ static int amx_pf_bytes(void) {
 NM_INLINE void amx_jit_unpack(const enum dtype t, struct amx_jit *j, int64_t b, uint8_t *dst) {
     const uint8_t *u = j->wg + (size_t)(b / j->ublk) * j->ub;
     if (j->pfd) {
-        const uint8_t *to = u + j->ub + j->pfd;
-        if (to > j->pf_end) to = j->pf_end;
+        const uint8_t *to = u + NM_MIN((size_t)(j->pf_end - u), j->ub + (size_t)j->pfd);
         for (; j->pf < to; j->pf += 64) _mm_prefetch((const char *)j->pf, _MM_HINT_T0);
     }
     amx_unpack_blk(t, u, (int)(b % j->ublk), dst);
@@ -436,10 +437,10 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     const int64_t gbatch = thin ? 1 : NM_MAX((int64_t)1, NM_MIN(a->n_groups, (int64_t)(AMX_PANEL_BUDGET / panel)));
     const bool slabs = !thin && sb < nb;
     const size_t accb = slabs ? (size_t)nt * (size_t)gbatch * 1024 : 0; /* [tile][group][16][16] f32 */
-    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 8192 + accb + 64);
+    uint8_t *scr = amx_scratch((size_t)gbatch * panel + 4096 + accb + 64);
     uint8_t *pnl = scr;
-    int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel); /* C buffers: 4 x 1 KiB (Q6_K: 4 x 2 KiB) */
-    float *accbuf = (float *)(scr + (size_t)gbatch * panel + 8192);
+    int32_t *cb = (int32_t *)(scr + (size_t)gbatch * panel); /* C buffers: 4 x 1 KiB (Q6_K: 2 x 2 KiB) */
+    float *accbuf = (float *)(scr + (size_t)gbatch * panel + 4096);
     const bool chunked = a->chunk_end != NULL;
     NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nb));
 

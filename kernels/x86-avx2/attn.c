@@ -12,9 +12,6 @@
 #include "../ops.h"
 #include "avx2.h"
 
-#define NM_INLINE static inline __attribute__((always_inline))
-#define NM_UNROLL _Pragma("GCC unroll 16")
-
 /* e^x, 8 lanes: 2^n e^f with n = round(x log2 e), f = x - n ln 2 (ln 2 in two parts), e^f by
  * its degree-6 Taylor polynomial; x clamped to [-87, 88] so 2^n stays a normal float. */
 NM_INLINE __m256 exp8(__m256 x) {

@@ -6,10 +6,15 @@
 
 #include "../cpu.h"
 
+/* For the AVX2 kernel files: always-inlined helpers, fully unrolled small loops. */
+#define NM_INLINE static inline __attribute__((always_inline))
+#define NM_UNROLL _Pragma("GCC unroll 16")
+
 /* Overwrite the slots of t that have an AVX2 kernel (t starts as a copy of the ref table). */
 void kern_isa_avx2_fill(struct kern_isa *t);
 
 void avx2_fill_packed(struct kern_isa *t); /* pk_gemm (every packed layout type): packed.c */
 void avx2_fill_attn(struct kern_isa *t);   /* attention (decode and prompt): attn.c */
+void avx2_fill_blocks(struct kern_isa *t); /* vec_dot, gemm of the block decoder types: blocks.c */
 
 #endif

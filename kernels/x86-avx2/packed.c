@@ -29,9 +29,6 @@
 #include "../quant.h"
 #include "avx2.h"
 
-#define NM_INLINE static inline __attribute__((always_inline))
-#define NM_UNROLL _Pragma("GCC unroll 16")
-
 /* Activation rows per GEMM tile (at most): the float types' tile holds 2 x 6 accumulators, 2
  * weight vectors and a broadcast in the 16 ymm registers; the quantized ones' 8 code vectors,
  * 4 accumulators and the int16 sums (6 rows spill: bench_gemm -t 2 -m 512, 2048x8192, AMD EPYC

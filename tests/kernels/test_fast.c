@@ -1,4 +1,6 @@
-/* Every slot of the avx512 kernel table against its _ref twin on random data:
+/* Every slot of the avx512 and avx2 kernel tables (each that this CPU can run) against its _ref
+ * twin on random data (the avx2 table's vec_dot/gemm: the block decoder types; its other slots
+ * are the ref ones):
  *  - quantize_act_q8x: bit-identical to quantize_act_q8x_ref (same float operations);
  *  - vec_dot[t] and gemm[t] for every supported type, on rows of random bytes (all code
  *    patterns; see krng_row) and on rows quantized from normal data, with many random K
@@ -10,7 +12,7 @@
  *    different position in the register tiles), so a server's answer does not depend on what
  *    else is in its batch.
  * A type listed here whose decoder is not in this build (dtype_get NULL) is skipped by name.
- * Skips (exit 77) when the CPU cannot run the avx512 path.
+ * Skips (exit 77) when the CPU can run neither path.
  *
  * Options: --seed N, --type NAME (only that type), --iters N (trials per type). */
 #include "cpu.h"
@@ -248,26 +250,36 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--type") == 0) g_only = argv[i + 1];
         if (strcmp(argv[i], "--iters") == 0) g_iters = atoi(argv[i + 1]);
     }
-    const char *why = NULL;
-    const struct kern_isa *fast = kern_isa_find("avx512", &why);
-    if (!fast) {
-        printf("test_fast: SKIP: the avx512 path cannot run here: %s\n", why);
-        return KTEST_SKIP;
-    }
-    krng r = {ktest_seed};
-    test_quantize_act(&r, fast);
-    test_swiglu(&r, fast);
-    for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
-        const struct dtype_info *info = dtype_get(k_types[i].t);
-        if (!info) {
-            printf("  %-7s SKIP: no decoder for this type in this build\n", dtype_ggml_name(k_types[i].t));
+    static const char *const isas[] = {"avx512", "avx2"};
+    int ran = 0;
+    for (size_t ii = 0; ii < NM_ARRAY_LEN(isas); ii++) {
+        const char *why = NULL;
+        const struct kern_isa *fast = kern_isa_find(isas[ii], &why);
+        if (!fast) {
+            printf("test_fast: the %s path cannot run here (%s): not tested\n", isas[ii], why);
             continue;
         }
-        if (g_only && strcasecmp(g_only, info->name) != 0) continue;
-        ktest_worst_err = 0.0;
-        test_type(&r, fast, k_types[i].t, k_types[i].tol);
-        printf("  %-7s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",
-               dtype_get(k_types[i].t)->name, ktest_worst_err, k_types[i].tol);
+        ran++;
+        printf("test_fast: the %s path\n", isas[ii]);
+        krng r = {ktest_seed};
+        test_quantize_act(&r, fast);
+        test_swiglu(&r, fast);
+        for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
+            const struct dtype_info *info = dtype_get(k_types[i].t);
+            if (!info) {
+                printf("  %-7s SKIP: no decoder for this type in this build\n", dtype_ggml_name(k_types[i].t));
+                continue;
+            }
+            if (g_only && strcasecmp(g_only, info->name) != 0) continue;
+            ktest_worst_err = 0.0;
+            test_type(&r, fast, k_types[i].t, k_types[i].tol);
+            printf("  %-7s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",
+                   dtype_get(k_types[i].t)->name, ktest_worst_err, k_types[i].tol);
+        }
+    }
+    if (!ran) {
+        printf("test_fast: SKIP: neither the avx512 nor the avx2 path can run here\n");
+        return KTEST_SKIP;
     }
     return ktest_finish("test_fast");
 }

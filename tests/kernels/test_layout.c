@@ -70,6 +70,14 @@ int main(int argc, char **argv) {
                 const bool fast = has512 && kern_isa_avx512_has(t);
                 expect(c, cpus[ci].name, TENSOR_USE_MATMUL, t, WEIGHT_LAYOUT_ROWS, !fast || !hasamx,
                        c == &refused ? "refused" : !hasamx ? "AMX-BF16" : "no AVX-512 kernel for");
+                if (c == &avx2 || c == &plain) { /* the avx2 path's kernel over the type's decoder */
+                    struct layout_why w;
+                    layout_plan(TENSOR_USE_MATMUL, t, c, &w);
+                    const bool want = c == &avx2 && kern_isa_avx2_has(t);
+                    if ((strstr(w.kernels, "AVX2") != NULL) != want)
+                        ktest_fail("layout_plan(matmul, %s) on %s: kernels \"%s\"", dtype_get(t)->name, cpus[ci].name,
+                                   w.kernels);
+                }
                 continue;
             }
             const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
