@@ -22,27 +22,10 @@
 #include "../quant.h"
 #include "avx2.h"
 
-#define BLK_ROWS 8
-
-/* The exact integer sums of one sub-block against one activation block: per 16-value half h,
- * sq[h] = sum of code * act and sa[h] = sum of act. Codes are -128..127, q8x codes -127..127:
- * |code| * act with the code's sign moved onto act, pairs summed to at most 2 * 128 * 127 in
- * int16 (no saturation). */
-NM_INLINE void blk_sums(__m256i q, __m256i uq, const int8_t *act, int32_t *sq0, int32_t *sq1, int32_t *sa0,
-                        int32_t *sa1) {
-    const __m256i a = _mm256_loadu_si256((const __m256i *)act);
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(uq, _mm256_sign_epi8(a, q)), ones16);
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), a), ones16);
-    /* dwords 0..3 of p and s: half 0; 4..7: half 1 */
-    const __m256i h = _mm256_hadd_epi32(p, s); /* p01 p23 s01 s23 | p45 p67 s45 s67 */
-    const __m256i t = _mm256_hadd_epi32(h, h); /* p0-3 s0-3 . . | p4-7 s4-7 . . */
-    const __m128i lo = _mm256_castsi256_si128(t), hi = _mm256_extracti128_si256(t, 1);
-    *sq0 = _mm_cvtsi128_si32(lo);
-    *sa0 = _mm_extract_epi32(lo, 1);
-    *sq1 = _mm_cvtsi128_si32(hi);
-    *sa1 = _mm_extract_epi32(hi, 1);
-}
+#define BLK_ROWS 4  /* activation rows per tile */
+#define BLK_WROWS 8 /* weight rows per tile: one per f32 lane */
+/* GEMV: bytes ahead in each weight row to prefetch */
+#define BLK_PREFETCH 2048
 
 /* The 32 codes of a Q5_0/Q5_1 block in natural order: 16 nibble bytes at qs (byte l: value l
  * low, value l + 16 high), fifth bits in qh (bit l: value l). */
@@ -59,22 +42,23 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
 
-/* Sub-block j of the block at blk as block.h decodes it: codes into *q, scales d, offsets m. */
+/* Sub-block j of the block at blk as block.h decodes it: codes into *q, scales d, offsets m
+ * (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
                           float *d, float *m) {
     switch (t) {
     case DTYPE_Q5_0: { /* q5_0_decode32: code - 16, offset -0.0 */
         const block_q5_0 *b = (const block_q5_0 *)blk;
         *q = _mm256_sub_epi8(q5_codes(b->qs, b->qh), _mm256_set1_epi8(16));
-        d[0] = d[1] = blk_fp16(b->d);
+        d[0] = d[1] = _cvtsh_ss(b->d);
         m[0] = m[1] = -0.0f;
         return;
     }
     case DTYPE_Q5_1: { /* q5_1_decode32: code, offset m */
         const block_q5_1 *b = (const block_q5_1 *)blk;
         *q = q5_codes(b->qs, b->qh);
-        d[0] = d[1] = blk_fp16(b->d);
-        m[0] = m[1] = blk_fp16(b->m);
+        d[0] = d[1] = _cvtsh_ss(b->d);
+        m[0] = m[1] = _cvtsh_ss(b->m);
         return;
     }
     case DTYPE_IQ4_NL: { /* iq4_nl_decode32: the codebook's value, offset -0.0 */
@@ -84,7 +68,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         const __m256i tab = _mm256_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO, (long long)IQ4NL_HI,
                                               (long long)IQ4NL_LO);
         *q = _mm256_shuffle_epi8(tab, nib);
-        d[0] = d[1] = blk_fp16(b->d);
+        d[0] = d[1] = _cvtsh_ss(b->d);
         m[0] = m[1] = -0.0f;
         return;
     }
@@ -100,32 +84,69 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
 }
 
 /* gemm slot semantics (cpu.h) for type t (codec c): y[ci * ldy + r] = vec_dot(row r, activation
- * row ci). */
+ * row ci). A tile is BLK_WROWS weight rows (one per f32 lane) x up to BLK_ROWS activation rows.
+ * Per sub-block and activation row: the rows' integer sums, exact (|code| x act with the code's
+ * sign moved onto act: codes -128..127, q8x codes -127..127, so a pair of products fits int16),
+ * reduced per 16-value half across the 8 rows by two rounds of vphaddd; then block_vec_dot_ref's
+ * f32 step, d_a ((d0 sq0 + d1 sq1) + (m0 sa0 + m1 sa1)) added to the row's sum, in the lanes. */
 NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t n, const void *w, size_t ws, int nr,
                         const void *act, size_t as, int nc, float *y, int64_t ldy) {
     const int per = (int)c->info.blck_size / 32;
     const int64_t nsub = n / 32;
     const size_t tsz = c->info.type_size;
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     for (int c0 = 0; c0 < nc; c0 += BLK_ROWS) {
         const int cc = NM_MIN(BLK_ROWS, nc - c0);
         const block_q8x *x[BLK_ROWS];
         for (int k = 0; k < cc; k++) x[k] = (const block_q8x *)((const uint8_t *)act + (size_t)(c0 + k) * as);
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *row = (const uint8_t *)w + (size_t)r * ws;
-            float sum[BLK_ROWS] = {0};
+        for (int r0 = 0; r0 < nr; r0 += BLK_WROWS) {
+            const int rr = NM_MIN(BLK_WROWS, nr - r0);
+            const uint8_t *row0 = (const uint8_t *)w + (size_t)r0 * ws;
+            __m256 sum[BLK_ROWS];
+            for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
             for (int64_t s = 0; s < nsub; s++) {
-                __m256i q;
-                float d[2], m[2];
-                blk_decode(t, c, row + (size_t)(s / per) * tsz, (int)(s % per), &q, d, m);
-                const __m256i uq = _mm256_abs_epi8(q);
+                __m256i q[BLK_WROWS];
+                float d0[BLK_WROWS] __attribute__((aligned(32))), d1[BLK_WROWS] __attribute__((aligned(32)));
+                float m0[BLK_WROWS] __attribute__((aligned(32))), m1[BLK_WROWS] __attribute__((aligned(32)));
+                NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
+                    float d[2] = {0, 0}, m[2] = {0, 0};
+                    q[i] = _mm256_setzero_si256();
+                    if (i < rr) {
+                        const uint8_t *blk = row0 + (size_t)i * ws + (size_t)(s / per) * tsz;
+                        if (nc == 1) _mm_prefetch((const char *)blk + BLK_PREFETCH, _MM_HINT_T0);
+                        blk_decode(t, c, blk, (int)(s % per), &q[i], d, m);
+                    }
+                    d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
+                }
+                const __m256 vd0 = _mm256_load_ps(d0), vd1 = _mm256_load_ps(d1);
+                const __m256 vm0 = _mm256_load_ps(m0), vm1 = _mm256_load_ps(m1);
                 for (int k = 0; k < cc; k++) {
-                    const block_q8x *a = x[k] + s;
-                    int32_t sq0, sq1, sa0, sa1;
-                    blk_sums(q, uq, a->qs, &sq0, &sq1, &sa0, &sa1);
-                    sum[k] += a->d * ((d[0] * (float)sq0 + d[1] * (float)sq1) + (m[0] * (float)sa0 + m[1] * (float)sa1));
+                    const block_q8x *xa = x[k] + s;
+                    const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
+                    __m256i p[BLK_WROWS];
+                    NM_UNROLL for (int i = 0; i < BLK_WROWS; i++)
+                        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q[i]), _mm256_sign_epi8(a, q[i])),
+                                                 ones16);
+                    /* dwords of p[i]: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
+                    const __m256i x0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                    const __m256i x1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+                    const __m256 sq0 = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(x0, x1, 0x20));
+                    const __m256 sq1 = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(x0, x1, 0x31));
+                    __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
+                    sa = _mm256_hadd_epi32(sa, sa);
+                    sa = _mm256_hadd_epi32(sa, sa); /* dword 0: half 0's sum, dword 4: half 1's */
+                    const __m256 sa0 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_castsi256_si128(sa)));
+                    const __m256 sa1 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_extracti128_si256(sa, 1)));
+                    const __m256 hs = _mm256_add_ps(_mm256_mul_ps(vd0, sq0), _mm256_mul_ps(vd1, sq1));
+                    const __m256 hm = _mm256_add_ps(_mm256_mul_ps(vm0, sa0), _mm256_mul_ps(vm1, sa1));
+                    sum[k] = _mm256_add_ps(sum[k], _mm256_mul_ps(_mm256_set1_ps(xa->d), _mm256_add_ps(hs, hm)));
                 }
             }
-            for (int k = 0; k < cc; k++) y[(int64_t)(c0 + k) * ldy + r] = sum[k];
+            for (int k = 0; k < cc; k++) {
+                float o[BLK_WROWS];
+                _mm256_storeu_ps(o, sum[k]);
+                for (int i = 0; i < rr; i++) y[(int64_t)(c0 + k) * ldy + r0 + i] = o[i];
+            }
         }
     }
 }
