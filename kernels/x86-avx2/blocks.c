@@ -1,20 +1,19 @@
 /* AVX2 dot products of the block decoder types (Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, IQ2_*,
  * IQ3_*, IQ1_*: kernels/blocks/block.h) on their GGUF blocks, for CPUs without AVX-512, which
- * ran them in plain C. Each 32-value sub-block of a weight row is decoded once per call into
- * block.h's form (32 int8 codes, a scale and an offset per half) and its codes serve every
- * activation row of the call (up to BLK_ROWS at a time) through vpmaddubsw/vpmaddwd. The
- * 32-value types Q5_0, Q5_1 and IQ4_NL decode in registers (nibbles by AND and shift, fifth bits
- * by a byte shuffle and compare, IQ4_NL's codebook by vpshufb); the others through the type's
- * own plain-C decoder (block_codec.decode32, the one the references use), which is then the
- * cost of a GEMV; a prompt shares it among BLK_ROWS activation rows. The float arithmetic per
- * sub-block is block_vec_dot_ref's, term for term and in the same order (this file is built
- * with -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
+ * ran them in plain C. A tile is 8 weight rows (one per f32 lane) x up to BLK_ROWS activation
+ * rows: each 32-value sub-block of the 8 rows is decoded once per tile into block.h's form (32
+ * int8 codes, a scale and an offset per half) and dotted with each activation row through
+ * vpmaddubsw/vpmaddwd. The 32-value types Q5_0, Q5_1 and IQ4_NL decode in registers (nibbles by
+ * AND and shift, fifth bits by a byte shuffle and compare, IQ4_NL's codebook by vpshufb); the
+ * others through the type's own plain-C decoder (block_codec.decode32, the one the references
+ * use), which is then the cost. The float arithmetic per sub-block is block_vec_dot_ref's, term
+ * for term and in the same order, one weight row per lane (this file is built with
+ * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
  * activation row) result has the reference's bits, in any tile (test_kernels_fast). */
 #include <immintrin.h>
-
-#include "../base.h"
 #include <string.h>
 
+#include "../base.h"
 #include "../blocks/block.h"
 #include "../blocks/iq4_nl.h"
 #include "../blocks/q5_0.h"
