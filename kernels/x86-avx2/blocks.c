@@ -3,8 +3,8 @@
  * ran them in plain C. A tile is 8 weight rows (one per f32 lane) x up to BLK_ROWS activation
  * rows: each 32-value sub-block of the 8 rows is decoded once per tile into block.h's form (32
  * int8 codes, a scale and an offset per half) and dotted with each activation row through
- * vpmaddubsw/vpmaddwd. The 32-value types Q5_0, Q5_1 and IQ4_NL decode in registers (nibbles by
- * AND and shift, fifth bits by a byte shuffle and compare, IQ4_NL's codebook by vpshufb); the
+ * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, IQ4_NL and IQ4_XS decode in registers (nibbles by AND and
+ * shift, fifth bits by a byte shuffle and compare, the IQ4 codebook by vpshufb); the
  * others through the type's own plain-C decoder (block_codec.decode32, the one the references
  * use), which is then the cost. The float arithmetic per sub-block is block_vec_dot_ref's, term
  * for term and in the same order, one weight row per lane (this file is built with
@@ -16,6 +16,7 @@
 #include "../base.h"
 #include "../blocks/block.h"
 #include "../blocks/iq4_nl.h"
+#include "../blocks/iq4_xs.h"
 #include "../blocks/q5_0.h"
 #include "../blocks/q5_1.h"
 #include "../quant.h"
@@ -41,6 +42,15 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
 }
 
+/* The codebook values of 32 IQ4_NL indices (16 bytes at qs: low nibbles first), by vpshufb. */
+NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
+    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    const __m256i tab =
+        _mm256_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO, (long long)IQ4NL_HI, (long long)IQ4NL_LO);
+    return _mm256_shuffle_epi8(tab, nib);
+}
+
 /* Sub-block j of the block at blk as block.h decodes it: codes into *q, scales d, offsets m
  * (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
@@ -62,12 +72,15 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
     }
     case DTYPE_IQ4_NL: { /* iq4_nl_decode32: the codebook's value, offset -0.0 */
         const block_iq4_nl *b = (const block_iq4_nl *)blk;
-        const __m128i v = _mm_loadu_si128((const __m128i *)b->qs);
-        const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-        const __m256i tab = _mm256_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO, (long long)IQ4NL_HI,
-                                              (long long)IQ4NL_LO);
-        *q = _mm256_shuffle_epi8(tab, nib);
+        *q = iq4nl_codes(b->qs);
         d[0] = d[1] = _cvtsh_ss(b->d);
+        m[0] = m[1] = -0.0f;
+        return;
+    }
+    case DTYPE_IQ4_XS: { /* iq4_xs_decode32: IQ4_NL's codes of sub-block j, scale d (ls_j - 32) */
+        const block_iq4_xs *b = (const block_iq4_xs *)blk;
+        *q = iq4nl_codes(b->qs + 16 * j);
+        d[0] = d[1] = _cvtsh_ss(b->d) * (float)(iq4_xs_scale6(b, j) - 32);
         m[0] = m[1] = -0.0f;
         return;
     }
