@@ -245,12 +245,13 @@ NM_INLINE void amx_jit_unpack(const enum dtype t, struct amx_jit *j, int64_t b, 
  *   T(b)      TILEZERO + TDPBSSD of block b into C tile 4 + b % 4
  *   S(b - 1)  TILESTORED of block b - 1's C into buffer (b - 1) % 4
  *   P(b - 2)  the f32 step of block b - 2 from buffer (b - 2) % 4
- * The tile registers are not renamed: with C over two tiles, each product waited for the store
- * of the product two blocks back, which waited for that product's result, a chain that made the
- * tile instructions alone cost about three times the product's own 16 cycles per block (device
- * Xeon, RESULTS.md); over four C tiles the chain has three blocks of slack. A ring slot's vector
- * stores are three iterations old when a tile load reads them; the entries in use at iteration
- * b are b - 2 .. b + 4, 7 of the ring's 8. */
+ * The tile instructions alone cost 2.5-3x the product's own 16 cycles per block (device Xeon,
+ * RESULTS.md). Taking the cause to be a chain through the C registers (with C over two tiles each
+ * product waits for the store of the product two blocks back, if the tiles are not renamed), C
+ * now rotates over four, three blocks of slack; measured, that was within the noise of the two-
+ * tile order (the chain is not confirmed as the cause). A ring slot's vector stores are three
+ * iterations old when a tile load reads them; the entries in use at iteration b are b - 2 ..
+ * b + 4, 7 of the ring's 8. */
 
 /* One activation tile (ab: its first block in tile order, pk_args.act_tiles) times one row
  * group's blocks into acc, for the tile's first rows rows; cb: four 1 KiB C buffers (Q6_K: two of
