@@ -5,4 +5,5 @@ void kern_isa_avx2_fill(struct kern_isa *t) {
     avx2_fill_packed(t);
     avx2_fill_attn(t);
     avx2_fill_blocks(t);
+    avx2_fill_act(t);
 }
