@@ -49,7 +49,7 @@ static const struct plan_entry k_block_list[] = {
     {WEIGHT_LAYOUT_ROWS, NEED_AMX_BF16_BLOCKS,
      "AMX-BF16 tiles (prompt of one sequence) + AVX-512 VNNI on the GGUF blocks (decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_AVX512_BLOCKS, "AVX-512 VNNI on the GGUF blocks (prompt and decode)"},
-    {WEIGHT_LAYOUT_ROWS, NEED_AVX2_BLOCKS, "AVX2 on the GGUF blocks: the type's plain-C decoder, vpmaddubsw dots"},
+    {WEIGHT_LAYOUT_ROWS, NEED_AVX2_BLOCKS, "AVX2 on the GGUF blocks (prompt and decode)"},
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 static const struct plan_entry k_half_list[] = {

@@ -17,6 +17,10 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
  * plain-C twin where a test forces those paths). kern_matmul and kern_matmul_chunked_f64 ask. */
 bool pk_takes_rows(const struct weight *w, int m);
 
+/* The software prefetch distance of the packed kernels that stream weights (the VNNI GEMV and
+ * first tiles, x86-avx512/packed.c; the AMX one-tile path): NM_PK_PREFETCH, else 2048 bytes. */
+int pk_prefetch_bytes(void);
+
 /* AMX tile kernels (x86-amx/amx.c), same contract as pk_gemm_ref. For F16/BF16 a->act is the
  * activations as bf16, [m][32 * n_units] (zero-padded), a->act_stride bytes apart. */
 void pk_gemm_amx(const struct pk_args *a);

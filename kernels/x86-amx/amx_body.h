@@ -20,8 +20,9 @@
  *     (16 output rows x 16 columns) in zmm registers;
  *   - per block: TILELOADD A and B, TILEZERO, TDPBSSD, TILESTORED of C into a 1 KiB L1 buffer,
  *     and the f32 step of an earlier block (cvt, mul by d_a x d_w, fma: the same operations in
- *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); C rotates over
- *     four tiles, so a product never waits for the store of the one before it (amx_i8_dot).
+ *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); A and B rotate
+ *     over two tiles each and C over four, the store one block and the f32 step two blocks
+ *     behind the product (amx_i8_dot).
  * Q6_K's two 16-column scale groups per block use two half tiles (K = 16) with their own C
  * tiles; its integer combination (two vpmulld) happens in the f32 step, as in the VNNI kernel.
  *
@@ -149,8 +150,8 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
 }
 
 /* The f32 step of one block for the first rows (<= 16) activation rows of a tile: c0 (and Q6_K's
- * c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d and isum of the block
- * (the activation tile's entry, pk_args.act_tiles). Per row the same operations, in the same
+ * c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d
+ * and isum of the block (the activation tile's entry, pk_args.act_tiles). Per row the same operations, in the same
  * order, as the VNNI kernel (x86-avx512/packed.c). */
 NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm, const float *ad,
                         const int32_t *ai, __m512 *acc, int rows) {
@@ -184,10 +185,11 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
     }
 }
 
-/* Where a (tile, group) pair's results go: row r of the tile at yd + r * ldy (the group's first
- * column), rows < rows, lanes in rm (the group's rows of the weight). */
+/* Where a (tile, group) pair's results go: row r of the tile at y or yd + r * ldy (the group's
+ * first column), rows < rows, lanes in rm (the group's rows of the weight). */
 struct amx_out {
-    double *yd;
+    float *y;   /* y + the pair's offset, or NULL when the output is yd */
+    double *yd; /* yd + the pair's offset, or NULL */
     int64_t ldy;
     int rows;
     __mmask16 rm;
@@ -219,17 +221,6 @@ struct amx_jit {
     int pfd;                    /* prefetch distance in bytes (0: none) */
 };
 
-/* The prefetch distance: NM_PK_PREFETCH as for the VNNI kernels (x86-avx512/packed.c), 2048 by
- * default. */
-static int amx_pf_bytes(void) {
-    static int pf = -1;
-    if (pf < 0) {
-        const char *e = getenv("NM_PK_PREFETCH");
-        pf = NM_MAX(0, e ? atoi(e) : 2048);
-    }
-    return pf;
-}
-
 NM_INLINE void amx_jit_unpack(const enum dtype t, struct amx_jit *j, int64_t b, uint8_t *dst) {
     const uint8_t *u = j->wg + (size_t)(b / j->ublk) * j->ub;
     if (j->pfd) {
@@ -254,17 +245,16 @@ NM_INLINE void amx_jit_unpack(const enum dtype t, struct amx_jit *j, int64_t b, 
  * b + 4, 7 of the ring's 8. */
 
 /* One activation tile (ab: its first block in tile order, pk_args.act_tiles) times one row
- * group's blocks into acc, for the tile's first rows rows; cb: four 1 KiB C buffers (Q6_K: two of
- * 2 KiB). The panel
- * entries (ps bytes each) are pnl's, unpacked before (jit NULL: block b at pnl + b * ps), or
- * unpacked here into the ring at pnl (jit; then b0 = 0). Q6_K: per block two half tiles
+ * group's blocks into acc, for the tile's first out->rows rows; cb: four 1 KiB C buffers (Q6_K: two of
+ * 2 KiB). The panel entries (ps bytes each) are pnl's, unpacked before (jit NULL: block b at
+ * pnl + b * ps), or unpacked here into the ring at pnl (jit; then b0 = 0). Q6_K: per block two half tiles
  * (K = 16): A 0/1, B 2/3, C 4+5 / 6+7 alternating, loads one block ahead. The blocks are b0 ..
  * b0 + nb - 1 of the row; with ce (chunk ends of the row, ascending, the first one > b0), every
  * chunk's acc goes to out through amx_chunk_flush right after the f32 step of its last block. */
 NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, size_t ps, int64_t nb, int32_t *cb,
-                          __m512 *acc, const int32_t *ce, int64_t b0, const struct amx_out *out, struct amx_jit *jit,
-                          int rows) {
+                          __m512 *acc, const int32_t *ce, int64_t b0, const struct amx_out *out, struct amx_jit *jit) {
     const long st = 32;
+    const int rows = out->rows;
     NM_ASSERT(!jit || b0 == 0);
 #define AMX_A(b) (ab + (size_t)(b) * PK_ACT_TILE_B)
 #define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
@@ -376,17 +366,15 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 NM_INLINE struct amx_out amx_out_of(const struct pk_args *a, int64_t g, int m0, int rows) {
     const int64_t rows_g = NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
     const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
-    return (struct amx_out){.yd = a->yd ? a->yd + o : NULL, .ldy = a->ldy, .rows = rows,
-                            .rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u)};
+    return (struct amx_out){.y = a->yd ? NULL : a->y + o, .yd = a->yd ? a->yd + o : NULL, .ldy = a->ldy,
+                            .rows = rows, .rm = (__mmask16)(rows_g >= 16 ? 0xFFFF : (1u << rows_g) - 1u)};
 }
 
 /* A finished (tile, group) pair's acc to the output: y written or yd added to. */
-NM_INLINE void amx_i8_out(const struct pk_args *a, int64_t g, int m0, int rows, const __m512 *acc) {
-    const __mmask16 rm = amx_out_of(a, g, m0, rows).rm;
-    const int64_t o = (int64_t)m0 * a->ldy + g * PK_ROWS;
+NM_INLINE void amx_i8_out(const struct amx_out *o, const __m512 *acc) {
     NM_UNROLL for (int r = 0; r < 16; r++)
-        if (r < rows)
-            nm_store_rows(a->yd ? NULL : a->y + o + r * a->ldy, a->yd ? a->yd + o + r * a->ldy : NULL, rm, acc[r]);
+        if (r < o->rows)
+            nm_store_rows(o->y ? o->y + r * o->ldy : NULL, o->yd ? o->yd + r * o->ldy : NULL, o->rm, acc[r]);
 }
 
 /* One activation tile (m <= 16: the rows of a batched decode step). Each weight block then
@@ -402,7 +390,7 @@ NM_INLINE void amx_i8_thin(const enum dtype t, const struct pk_args *a, uint8_t 
     /* the groups' bytes follow each other (a whole-K call): the prefetch runs on into the next group */
     const bool contiguous = a->group_stride == gbytes;
     const uint8_t *wend = a->w + (size_t)(a->n_groups - 1) * a->group_stride + gbytes;
-    struct amx_jit jit = {.ub = ub, .ublk = ublk, .pf = a->w, .pfd = amx_pf_bytes()};
+    struct amx_jit jit = {.ub = ub, .ublk = ublk, .pf = a->w, .pfd = pk_prefetch_bytes()};
     for (int64_t g = 0; g < a->n_groups; g++) {
         jit.wg = a->w + (size_t)g * a->group_stride;
         if (jit.pf < jit.wg) jit.pf = jit.wg;
@@ -410,8 +398,8 @@ NM_INLINE void amx_i8_thin(const enum dtype t, const struct pk_args *a, uint8_t 
         const struct amx_out out = amx_out_of(a, g, 0, a->m);
         __m512 acc[16];
         NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-        amx_i8_dot(t, a->act, ring, ps, nb, cb, acc, a->chunk_end, 0, &out, &jit, a->m);
-        if (!a->chunk_end) amx_i8_out(a, g, 0, a->m, acc); /* chunked: every chunk went to yd as it ended */
+        amx_i8_dot(t, a->act, ring, ps, nb, cb, acc, a->chunk_end, 0, &out, &jit);
+        if (!a->chunk_end) amx_i8_out(&out, acc); /* chunked: every chunk went to yd as it ended */
     }
 }
 
@@ -489,12 +477,12 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
                     float *sav = accbuf + ((size_t)ti * (size_t)gbatch + (size_t)j) * 256;
                     __m512 acc[16];
                     NM_UNROLL for (int r = 0; r < 16; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(sav + 16 * r);
-                    amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, kb, cb, acc, chunked ? ce0 : NULL, k0, &out, NULL, rows);
+                    amx_i8_dot(t, ab, pnl + (size_t)j * panel, ps, kb, cb, acc, chunked ? ce0 : NULL, k0, &out, NULL);
                     if (!last) {
                         NM_UNROLL for (int r = 0; r < 16; r++) _mm512_store_ps(sav + 16 * r, acc[r]);
                         continue;
                     }
-                    if (!chunked) amx_i8_out(a, g0 + j, m0, rows, acc); /* chunked: every chunk went to yd as it ended */
+                    if (!chunked) amx_i8_out(&out, acc); /* chunked: every chunk went to yd as it ended */
                 }
             }
         }

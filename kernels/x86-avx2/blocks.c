@@ -27,11 +27,16 @@
 /* GEMV: bytes ahead in each weight row to prefetch */
 #define BLK_PREFETCH 2048
 
-/* The 32 codes of a Q5_0/Q5_1 block in natural order: 16 nibble bytes at qs (byte l: value l
- * low, value l + 16 high), fifth bits in qh (bit l: value l). */
-NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
+/* The 32 nibbles of 16 bytes at qs in ggml's order (byte l: value l low, value l + 16 high). */
+NM_INLINE __m256i nibbles32(const uint8_t *qs) {
     const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+
+/* The 32 codes of a Q5_0/Q5_1 block in natural order: its nibbles at qs, fifth bits in qh (bit
+ * l: value l). */
+NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
+    const __m256i nib = nibbles32(qs);
     uint32_t qh;
     memcpy(&qh, qh4, 4);
     const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
@@ -44,11 +49,9 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
 
 /* The codebook values of 32 IQ4_NL indices (16 bytes at qs: low nibbles first), by vpshufb. */
 NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) {
-    const __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
     const __m256i tab =
         _mm256_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO, (long long)IQ4NL_HI, (long long)IQ4NL_LO);
-    return _mm256_shuffle_epi8(tab, nib);
+    return _mm256_shuffle_epi8(tab, nibbles32(qs));
 }
 
 /* Sub-block j of the block at blk as block.h decodes it: codes into *q, scales d, offsets m

@@ -29,7 +29,7 @@
  * 1024, 3072, 4096 and T1 measured no better than 2048. */
 #define PK_PREFETCH_DEFAULT 2048
 static int g_pf = -1, g_pf_hint = 0;
-static int pk_prefetch_bytes(void) {
+int pk_prefetch_bytes(void) {
     if (g_pf < 0) {
         const char *e = getenv("NM_PK_PREFETCH");
         g_pf = e ? atoi(e) : PK_PREFETCH_DEFAULT;

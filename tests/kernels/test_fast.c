@@ -1,6 +1,6 @@
 /* Every slot of the avx512 and avx2 kernel tables (each that this CPU can run) against its _ref
- * twin on random data (the avx2 table's vec_dot/gemm: the block decoder types; its other slots
- * are the ref ones):
+ * twin on random data (the avx2 table's own slots: quantize_act_q8x and the block decoder types'
+ * vec_dot/gemm; its other slots are the ref ones):
  *  - quantize_act_q8x: bit-identical to quantize_act_q8x_ref (same float operations);
  *  - vec_dot[t] and gemm[t] for every supported type, on rows of random bytes (all code
  *    patterns; see krng_row) and on rows quantized from normal data, with many random K
