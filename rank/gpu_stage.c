@@ -82,12 +82,13 @@ struct gpu_stage {
      * [n_batch][2]: built in rows (host), copied to d_rows for the decode kernels. */
     int64_t *rows, *d_rows;
 
-    /* Decode of one token as one CUDA graph (captured at the first such step, then replayed):
-     * its row's place is read from d_rows, filled from pin_rows by the graph itself, as its
-     * hidden state from pin_in. */
-    struct cuk_graph *decode_graph;
+    /* A decode step of n rows that all ask for logits (one token, or one token of each of n
+     * sequences) as one CUDA graph, decode_graph[n - 1], captured at the first such step and
+     * then replayed: the rows' places are read from d_rows, filled from pin_rows by the graph
+     * itself, as their hidden states from pin_in. */
+    struct cuk_graph *decode_graph[CUK_GEMV_MAX_ROWS];
     bool use_graph; /* false with NM_GPU_GRAPHS=0 */
-    int64_t *pin_rows;
+    int64_t *pin_rows; /* [CUK_GEMV_MAX_ROWS][2] */
 
     engine_layer_hook hook;
     void *hook_ctx;
@@ -469,7 +470,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     if (st) goto fail;
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
-    s->pin_rows = cuk_host_alloc(2 * sizeof(int64_t), "decode row staging");
+    s->pin_rows = cuk_host_alloc(2 * CUK_GEMV_MAX_ROWS * sizeof(int64_t), "decode row staging");
     const char *ge = getenv("NM_GPU_GRAPHS");
     s->use_graph = !(ge && strcmp(ge, "0") == 0);
     s->hook_buf = malloc((size_t)(B * E) * sizeof(float));
@@ -492,9 +493,11 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
         nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB: %d sequences of %lld tokens; batch %d",
                     (long long)n_ctx, (long long)nl, s->kv_type == DTYPE_F16 ? "f16" : "f32",
                     (double)s->kv_bytes / (1 << 20), s->n_seq, (long long)s->n_ctx_seq, s->n_batch);
-    nm_log_info("GPU: decode: int8-activation GEMV (dp4a) for block-quantized weights, fused norm/rope/KV/residual "
+    nm_log_info("GPU: decode (steps of up to %d rows): block-quantized weights on int8 activations (dp4a GEMV; "
+                "from 5 rows of Q4_0/Q4_1/Q8_0/Q4_K/Q5_K int8 tensor cores%s), fused norm/rope/KV/residual "
                 "kernels, %s, %s",
-                s->use_graph ? "one CUDA graph per token" : "no CUDA graph (NM_GPU_GRAPHS=0)",
+                CUK_GEMV_MAX_ROWS, cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
+                s->use_graph ? "one CUDA graph per step" : "no CUDA graph (NM_GPU_GRAPHS=0)",
                 cuk_ctx_overlaps_launches(s->ctx) ? "each kernel starting while the one before finishes"
                                                   : "kernels one after another (NM_GPU_PDL=0 or before sm_90)");
     *out = s;
@@ -511,7 +514,7 @@ void gpu_stage_free(struct gpu_stage *s) {
         void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
                         s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch,
                         s->xq8, s->d_rows};
-        cuk_graph_free(s->decode_graph);
+        for (int i = 0; i < CUK_GEMV_MAX_ROWS; i++) cuk_graph_free(s->decode_graph[i]);
         for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
         cuk_host_free(s->pin_in);
         cuk_host_free(s->pin_out);
@@ -814,22 +817,26 @@ struct chunk_head {
     int n_head, n_out;
 };
 
-/* Decode rows: through the graph for one row without a hook, else launched one by one. */
-static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out) {
+/* Decode rows: through the graph of n rows when every row asks for logits and no hook is set,
+ * else launched one by one. first_chunk: the chunk opens its batch (the stream is idle). */
+static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out,
+                        bool first_chunk) {
     const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
     const int first = h->n_head > 0 ? h->head[0] : n - 1; /* (the GEMV reads the head's weights once for all) */
-    if (n == 1 && !s->hook && s->use_graph) {
-        memcpy(s->pin_in, hidden, (size_t)E * sizeof(float));
-        memcpy(s->pin_rows, s->rows, 2 * sizeof(int64_t));
-        if (!s->decode_graph) {
+    if (first == 0 && !s->hook && s->use_graph) {
+        struct cuk_graph **g = &s->decode_graph[n - 1];
+        if (!first_chunk) cuk_sync(s->ctx); /* the chunk before may still be reading pin_in */
+        memcpy(s->pin_in, hidden, (size_t)(n * E) * sizeof(float));
+        memcpy(s->pin_rows, s->rows, (size_t)n * 2 * sizeof(int64_t));
+        if (!*g) {
             cuk_capture_begin(s->ctx);
-            cuk_h2d(s->ctx, s->d_rows, s->pin_rows, 2 * sizeof(int64_t));
-            cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)E * sizeof(float));
-            decode_device(s, 1, 0);
-            s->decode_graph = cuk_capture_end(s->ctx);
+            cuk_h2d(s->ctx, s->d_rows, s->pin_rows, (size_t)n * 2 * sizeof(int64_t));
+            cuk_h2d(s->ctx, s->x, s->pin_in, (size_t)(n * E) * sizeof(float));
+            decode_device(s, n, 0);
+            *g = cuk_capture_end(s->ctx);
         }
-        cuk_graph_launch(s->ctx, s->decode_graph);
-        s->last_logits = s->logits;
+        cuk_graph_launch(s->ctx, *g);
+        s->last_logits = s->logits + (int64_t)(n - 1) * V;
     } else {
         /* from pageable memory: the copies are staged when they return (the next chunk may
          * reuse the sources at once) */
@@ -846,11 +853,12 @@ static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const s
 }
 
 /* One chunk of n <= n_batch rows, their places in s->rows. */
-static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out) {
+static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out,
+                       bool first_chunk) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, V = c->n_vocab;
     if (n <= CUK_GEMV_MAX_ROWS && n <= s->logit_rows) {
-        eval_decode(s, hidden, n, h, out);
+        eval_decode(s, hidden, n, h, out, first_chunk);
         return;
     }
     cuk_h2d(s->ctx, s->x, hidden, (size_t)(n * E) * sizeof(float)); /* pageable: staged on return */
@@ -912,7 +920,7 @@ enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batc
             if (b->logits[done + i]) head[h.n_head++] = i;
         h.n_out = h.n_head;
         if (done + n == b->n && (h.n_head == 0 || head[h.n_head - 1] != n - 1)) head[h.n_head++] = n - 1;
-        eval_chunk(s, b->hidden + (int64_t)done * E, n, &h, logits ? logits + out_rows * V : NULL);
+        eval_chunk(s, b->hidden + (int64_t)done * E, n, &h, logits ? logits + out_rows * V : NULL, done == 0);
         out_rows += h.n_out;
         done += n;
     }

@@ -6,10 +6,11 @@
  * if it is ever called after loading finished (DESIGN lesson 1), so
  * gpu_stage_weight_bytes_after_load() stays 0 and tests check it.
  *
- * Decode (chunks of up to CUK_GEMV_MAX_ROWS rows) multiplies block-quantized weights with int8
- * activations quantized exactly as the CPU ranks quantize them, in fused kernels; a one-row step
- * without a layer hook replays one CUDA graph (captured at the first such step; the position is
- * read from device memory). NM_GPU_GRAPHS=0 in the environment launches the kernels one by one;
+ * Decode (chunks of up to CUK_GEMV_MAX_ROWS rows: one token, or one of each of up to 16
+ * sequences) multiplies block-quantized weights with int8 activations quantized exactly as the
+ * CPU ranks quantize them, in fused kernels, each weight read once for all the rows; a step whose
+ * rows all ask for logits, without a layer hook, replays the CUDA graph of its row count
+ * (captured at the first such step; the rows' places are read from device memory). NM_GPU_GRAPHS=0 in the environment launches the kernels one by one;
  * NM_GPU_PDL=0 makes each decode kernel wait for the one before to finish before it starts
  * (kernels/cuda/cuk_internal.h, cuk_launch).
  *
@@ -17,14 +18,16 @@
  * n_ctx positions: lesson 5), divided among n_seq sequences as the CPU engine divides its own
  * (a server's slots: each sequence n_ctx / n_seq positions), and chunks any batch by n_batch
  * internally. A batch may hold rows of several sequences: the matmuls take all its rows, the
- * RoPE, KV stores and attention each row at its own place (rows of one sequence that come
- * together as a prompt chunk of 8 or more run the tensor-core attention).
+ * RoPE, KV stores and attention each row at its own place (in a chunk of more than
+ * CUK_GEMV_MAX_ROWS rows, rows of one sequence that come together as a run of 8 or more run the
+ * tensor-core attention).
  *
  * Supported: llama, qwen2, qwen3 and qwen3moe (cfg->n_expert > 0: softmax router ffn_gate_inp,
  * the top n_expert_used experts with renormalized weights, SiLU-gated experts in the 3-D
- * ffn_{gate,up,down}_exps, expert e being the e-th [n_ff_exp x n_embd] slice), matmul weights in Q4_0, Q4_1, Q8_0, Q4_K,
- * Q5_K, Q6_K, F16, BF16 and F32, kept in their GGUF block form on the device. Any other type is
- * refused at open, naming the tensor and the type.
+ * ffn_{gate,up,down}_exps, expert e being the e-th [n_ff_exp x n_embd] slice), matmul weights in
+ * every type with a CUDA kernel (cuk_matmul_type_supported: the written-out Q4_0 .. Q6_K, F16,
+ * BF16, F32 and the types of the block decoder interface), kept in their GGUF block form on the
+ * device. Any other type is refused at open, naming the tensor and the type.
  *
  * In a build without CUDA the same functions exist: gpu_device_count returns 0 and
  * gpu_stage_open fails with "no CUDA device: numallm was built without CUDA ...". */

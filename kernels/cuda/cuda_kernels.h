@@ -90,12 +90,13 @@ void cuk_sync(struct cuk_ctx *c);
 /* Whether type t can be a matmul weight on the device. */
 bool cuk_matmul_type_supported(enum dtype t);
 
-/* Rows at most this count go through the GEMV, larger ones through dequantized tiles + cuBLAS. */
-#define CUK_GEMV_MAX_ROWS 8
+/* cuk_matmul: rows at most this count go through the GEMV on f32 activations (which reads the
+ * weight once per row), larger ones through dequantized tiles + cuBLAS. */
+#define CUK_GEMV_F32_MAX_ROWS 8
 
 /* y[i][0..n) = W x[i] for i < m: W is n rows of k values of type t (ggml blocks, rows of
  * dtype_row_size(t, k) bytes, device memory), x is [m][ldx] f32, y is [m][ldy] f32. k must be
- * a multiple of t's block size. m > CUK_GEMV_MAX_ROWS needs cuk_ctx_reserve_gemm with
+ * a multiple of t's block size. m > CUK_GEMV_F32_MAX_ROWS needs cuk_ctx_reserve_gemm with
  * max_rows >= m and max_k >= k. */
 void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
                 int m, float *y, int64_t ldy);
@@ -154,11 +155,19 @@ struct cuk_gemv_out {
     bool accumulate;
 };
 #define CUK_GEMV_MAX_OUTS 3
+/* The most activation rows of cuk_gemv_q8: a batched decode step of up to 16 sequences. */
+#define CUK_GEMV_MAX_ROWS 16
 /* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
  * launch, on the q8 activations xq of m <= CUK_GEMV_MAX_ROWS rows of k values. The y of one
- * output must not overlap another's or the input. */
+ * output must not overlap another's or the input. Where cuk_q8_tensor_cores says so the rows
+ * run on int8 tensor cores, each weight byte read once for all of them; else the GEMV (dp4a)
+ * runs, in passes of up to 8 rows. */
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs);
+/* Whether cuk_gemv_q8 of m rows of type t runs on int8 tensor cores: 5 or more rows of Q4_0,
+ * Q4_1, Q8_0, Q4_K or Q5_K on a device of sm_80 and up, unless NM_GPU_MMQ=0 was set when the
+ * context was made. */
+bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m);
 
 /* ---- decode: rows in device memory, CUDA graphs ------------------------------------------
  * The decode kernels take their rows' places from device memory, read when the kernel runs, so

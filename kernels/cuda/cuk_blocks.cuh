@@ -67,13 +67,19 @@ CUK_UNROLL
 CUK_UNROLL
         for (int g = 0; g < G; g++) pos[g] = u * 32 + 4 * g;
     }
-    /* block_vec_dot_ref's sum for one unit: exact integer sums of q * a per 16-value half (dp4a)
-     * and of a per half, then a.d * ((d0 s0 + d1 s1) + (m0 t0 + m1 t1)) in the reference's order
-     * and roundings. The unit is q8 activation block u. */
-    __host__ __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u,
-                                                  const int8_t *__restrict__ aq, const cuk_q8s *__restrict__ as) const {
+    /* The GEMV's two steps (as matmul.cu's QV): unit(row, u) decodes unit u once for every
+     * activation row; dot(w, u, aq, as) is block_vec_dot_ref's sum for it and one q8 row: exact
+     * integer sums of q * a per 16-value half (dp4a) and of a per half, then
+     * a.d * ((d0 s0 + d1 s1) + (m0 t0 + m1 t1)) in the reference's order and roundings. The unit
+     * is q8 activation block u. */
+    typedef struct block_sub32 W;
+    __host__ __device__ __forceinline__ W unit(const uint8_t *__restrict__ row, int u) const {
         struct block_sub32 s;
         D::decode(row + (size_t)(u / UPB) * BB, u % UPB, &s);
+        return s;
+    }
+    __host__ __device__ __forceinline__ float dot(const W &s, int u, const int8_t *__restrict__ aq,
+                                                  const cuk_q8s *__restrict__ as) const {
         const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
         const cuk_q8s sa = as[u];
         const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};

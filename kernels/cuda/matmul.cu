@@ -239,154 +239,182 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 
-/* ---- the GEMV on int8 activations (cuk_gemv_q8) ---------------------------------------------
- * QV<T>::dot(row, u, aq, as) is the f32 sum of unit u of a weight row with the q8 activation row
- * (aq: int8 values, as: one cuk_q8s per 32), computed as the CPU's vec_dot_ref: an exact integer
- * sum per 32-value activation block (dp4a on 4 bytes at a time), then one float product per
- * block in the CPU's order. A unit is one 32-value block (Q4_0, Q4_1, Q8_0), one 32-value
- * sub-block (Q4_K, Q5_K) or 64 values sharing their bytes (Q6_K: two sub-blocks). */
+/* ---- the q8 matmuls of decode (cuk_gemv_q8) ------------------------------------------------
+ * Weights against int8 activations (aq: int8 values, as: one cuk_q8s per 32), as the CPU's
+ * vec_dot_ref computes it: an exact integer sum per 32-value activation block, then one float
+ * step per block in the CPU's order. QV<T> takes unit u of a weight row (one 32-value block of
+ * Q4_0, Q4_1, Q8_0; one 32-value sub-block of Q4_K, Q5_K; 64 values sharing their bytes in Q6_K)
+ * in two steps: unit(row, u) decodes its bytes into a W held in registers (codes ready for dp4a,
+ * scales), once for all the activation rows; dot(w, u, aq, as) is its sum with one activation row.
+ * The 32-value types build both from three pieces, which the tensor-core kernel (mmq_kernel)
+ * uses too: scal(row, u), the unit's scales (an S); words(row, u, t, lo, hi), its codes 4t .. 4t+3
+ * and 16+4t .. 16+4t+3 as two dp4a / mma operands (t = 0..3); and step(s, sum, a), the float step
+ * on the integer sum of the unit's codes with activation block a. */
 template <int T> struct QV;
 
 __device__ __forceinline__ int nib_lo(uint32_t w) { return (int)(w & 0x0F0F0F0Fu); }
 __device__ __forceinline__ int nib_hi(uint32_t w) { return (int)((w >> 4) & 0x0F0F0F0Fu); }
 
-template <> struct QV<DTYPE_Q4_0> {
-    static constexpr int UV = 32, UPB = 1, BB = 18; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                                const cuk_q8s *__restrict__ as) {
-        const uint8_t *blk = row + (size_t)u * 18;
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const float d = h2f(ld16(blk));
-        const uint32_t w0 = ld32_a2(blk + 2), w1 = ld32_a2(blk + 6), w2 = ld32_a2(blk + 10), w3 = ld32_a2(blk + 14);
-        int s = __dp4a(nib_lo(w0), a0.x, 0);
-        s = __dp4a(nib_lo(w1), a0.y, s);
-        s = __dp4a(nib_lo(w2), a0.z, s);
-        s = __dp4a(nib_lo(w3), a0.w, s);
-        s = __dp4a(nib_hi(w0), a1.x, s);
-        s = __dp4a(nib_hi(w1), a1.y, s);
-        s = __dp4a(nib_hi(w2), a1.z, s);
-        s = __dp4a(nib_hi(w3), a1.w, s);
-        return d * sa.d * (float)(s - 8 * sa.isum);
-    }
+/* the 32 int8 activations of q8 block u as 8 words (dp4a operands) */
+struct A8 {
+    int v[8];
 };
+__device__ __forceinline__ A8 act8(const int8_t *__restrict__ aq, int u) {
+    const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
+    return A8{{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}};
+}
 
-template <> struct QV<DTYPE_Q4_1> {
-    static constexpr int UV = 32, UPB = 1, BB = 20; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                                const cuk_q8s *__restrict__ as) {
-        const uint8_t *blk = row + (size_t)u * 20;
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const uint32_t dm = ld32(blk);
-        const float d = h2f((uint16_t)(dm & 0xFFFF)), m = h2f((uint16_t)(dm >> 16));
-        const uint32_t w0 = ld32(blk + 4), w1 = ld32(blk + 8), w2 = ld32(blk + 12), w3 = ld32(blk + 16);
-        int s = __dp4a(nib_lo(w0), a0.x, 0);
-        s = __dp4a(nib_lo(w1), a0.y, s);
-        s = __dp4a(nib_lo(w2), a0.z, s);
-        s = __dp4a(nib_lo(w3), a0.w, s);
-        s = __dp4a(nib_hi(w0), a1.x, s);
-        s = __dp4a(nib_hi(w1), a1.y, s);
-        s = __dp4a(nib_hi(w2), a1.z, s);
-        s = __dp4a(nib_hi(w3), a1.w, s);
-        return d * sa.d * (float)s + m * sa.d * (float)sa.isum;
+/* unit() and dot() of a 32-value type Q from its scal(), words() and step() */
+template <class Q, class S> struct QV32 {
+    static constexpr int UV = 32; /* values per unit */
+    struct W {
+        S s;
+        int q[8]; /* q[t]: codes 4t .. 4t+3, q[4 + t]: codes 16+4t .. 16+4t+3 */
+    };
+    static __device__ __forceinline__ W unit(const uint8_t *__restrict__ row, int u) {
+        W w;
+        w.s = Q::scal(row, u);
+#pragma unroll
+        for (int t = 0; t < 4; t++) Q::words(row, u, t, &w.q[t], &w.q[4 + t]);
+        return w;
     }
-};
-
-template <> struct QV<DTYPE_Q8_0> {
-    static constexpr int UV = 32, UPB = 1, BB = 34; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+    static __device__ __forceinline__ float dot(const W &w, int u, const int8_t *__restrict__ aq,
                                                 const cuk_q8s *__restrict__ as) {
-        const uint8_t *blk = row + (size_t)u * 34;
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const float d = h2f(ld16(blk));
-        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+        const A8 a = act8(aq, u);
         int s = 0;
 #pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a((int)ld32_a2(blk + 2 + 4 * i), av[i], s);
-        return d * sa.d * (float)s;
+        for (int i = 0; i < 8; i++) s = __dp4a(w.q[i], a.v[i], s);
+        return Q::step(w.s, s, as[u]);
     }
 };
 
-/* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u. */
-template <> struct QV<DTYPE_Q4_K> {
-    static constexpr int UV = 32, UPB = 8, BB = 144; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                                const cuk_q8s *__restrict__ as) {
-        const int b = u >> 3, j = u & 7, shift = (j & 1) * 4;
-        const uint8_t *blk = row + (size_t)b * 144;
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const uint4 q0 = *(const uint4 *)(blk + 16 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 32 + (j >> 1) * 32);
+struct S_d {
+    float d;
+};
+template <> struct QV<DTYPE_Q4_0> : QV32<QV<DTYPE_Q4_0>, S_d> {
+    static constexpr int UPB = 1, BB = 18; /* units per block, block bytes */
+    static __device__ __forceinline__ S_d scal(const uint8_t *row, int u) { return S_d{h2f(ld16(row + (size_t)u * 18))}; }
+    static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
+        const uint32_t x = ld32_a2(row + (size_t)u * 18 + 2 + 4 * t);
+        *lo = nib_lo(x);
+        *hi = nib_hi(x);
+    }
+    static __device__ __forceinline__ float step(const S_d &s, int sum, cuk_q8s a) {
+        return s.d * a.d * (float)(sum - 8 * a.isum);
+    }
+};
+
+struct S_dm {
+    float d, m;
+};
+template <> struct QV<DTYPE_Q4_1> : QV32<QV<DTYPE_Q4_1>, S_dm> {
+    static constexpr int UPB = 1, BB = 20;
+    static __device__ __forceinline__ S_dm scal(const uint8_t *row, int u) {
+        const uint32_t dm = ld32(row + (size_t)u * 20);
+        return S_dm{h2f((uint16_t)(dm & 0xFFFF)), h2f((uint16_t)(dm >> 16))};
+    }
+    static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
+        const uint32_t x = ld32(row + (size_t)u * 20 + 4 + 4 * t);
+        *lo = nib_lo(x);
+        *hi = nib_hi(x);
+    }
+    static __device__ __forceinline__ float step(const S_dm &s, int sum, cuk_q8s a) {
+        return s.d * a.d * (float)sum + s.m * a.d * (float)a.isum;
+    }
+};
+
+template <> struct QV<DTYPE_Q8_0> : QV32<QV<DTYPE_Q8_0>, S_d> {
+    static constexpr int UPB = 1, BB = 34;
+    static __device__ __forceinline__ S_d scal(const uint8_t *row, int u) { return S_d{h2f(ld16(row + (size_t)u * 34))}; }
+    static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
+        const uint8_t *q = row + (size_t)u * 34 + 2;
+        *lo = (int)ld32_a2(q + 4 * t);
+        *hi = (int)ld32_a2(q + 16 + 4 * t);
+    }
+    static __device__ __forceinline__ float step(const S_d &s, int sum, cuk_q8s a) { return s.d * a.d * (float)sum; }
+};
+
+/* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u; its
+ * codes are the low (j even) or high nibbles of 32 bytes, plus bit j of 32 more for Q5_K. */
+struct S_k {
+    float d, dmin;
+    int sc, m;
+};
+template <bool FIVE> struct QV_k45 : QV32<QV_k45<FIVE>, S_k> {
+    static constexpr int UPB = 8, BB = FIVE ? 176 : 144;
+    static __device__ __forceinline__ S_k scal(const uint8_t *row, int u) {
+        const uint8_t *blk = row + (size_t)(u >> 3) * BB;
         const uint32_t dd = ld32(blk);
-        int sc, m;
-        scale_min_k4(j, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &sc, &m);
-        const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s = __dp4a((int)((w[i] >> shift) & 0x0F0F0F0Fu), av[i], s);
-        const float d = h2f((uint16_t)(dd & 0xFFFF)), dmin = h2f((uint16_t)(dd >> 16));
-        return sa.d * (d * (float)(sc * s) - dmin * (float)(m * sa.isum));
+        S_k s;
+        scale_min_k4(u & 7, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &s.sc, &s.m);
+        s.d = h2f((uint16_t)(dd & 0xFFFF));
+        s.dmin = h2f((uint16_t)(dd >> 16));
+        return s;
+    }
+    static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
+        const int j = u & 7, shift = (j & 1) * 4;
+        const uint8_t *blk = row + (size_t)(u >> 3) * BB, *q = blk + (FIVE ? 48 : 16) + (j >> 1) * 32;
+        uint32_t l = (ld32(q + 4 * t) >> shift) & 0x0F0F0F0Fu, h = (ld32(q + 16 + 4 * t) >> shift) & 0x0F0F0F0Fu;
+        if (FIVE) {
+            l |= ((ld32(blk + 16 + 4 * t) >> j) & 0x01010101u) << 4;
+            h |= ((ld32(blk + 32 + 4 * t) >> j) & 0x01010101u) << 4;
+        }
+        *lo = (int)l;
+        *hi = (int)h;
+    }
+    static __device__ __forceinline__ float step(const S_k &s, int sum, cuk_q8s a) {
+        return a.d * (s.d * (float)(s.sc * sum) - s.dmin * (float)(s.m * a.isum));
     }
 };
-
-template <> struct QV<DTYPE_Q5_K> {
-    static constexpr int UV = 32, UPB = 8, BB = 176; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                                const cuk_q8s *__restrict__ as) {
-        const int b = u >> 3, j = u & 7, shift = (j & 1) * 4;
-        const uint8_t *blk = row + (size_t)b * 176;
-        const int4 a0 = *(const int4 *)(aq + u * 32), a1 = *(const int4 *)(aq + u * 32 + 16);
-        const cuk_q8s sa = as[u];
-        const uint4 q0 = *(const uint4 *)(blk + 48 + (j >> 1) * 32), q1 = *(const uint4 *)(blk + 64 + (j >> 1) * 32);
-        const uint4 h0 = *(const uint4 *)(blk + 16), h1 = *(const uint4 *)(blk + 32);
-        const uint32_t dd = ld32(blk);
-        int sc, m;
-        scale_min_k4(j, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &sc, &m);
-        const uint32_t w[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        const int av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-        int s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            s = __dp4a((int)(((w[i] >> shift) & 0x0F0F0F0Fu) | (((h[i] >> j) & 0x01010101u) << 4)), av[i], s);
-        const float d = h2f((uint16_t)(dd & 0xFFFF)), dmin = h2f((uint16_t)(dd >> 16));
-        return sa.d * (d * (float)(sc * s) - dmin * (float)(m * sa.isum));
-    }
-};
+template <> struct QV<DTYPE_Q4_K> : QV_k45<false> {};
+template <> struct QV<DTYPE_Q5_K> : QV_k45<true> {};
 
 /* Q6_K: unit u is (super-block u / 4, half (u / 2) % 2, p = u % 2): the 32 ql bytes at
  * half * 64 + p * 32 and the 32 qh bytes of the half hold sub-blocks q = p (low nibbles, qh bits
  * 2p) and q = p + 2 (high nibbles, qh bits 2p + 4), each of two 16-value scales. */
 template <> struct QV<DTYPE_Q6_K> {
     static constexpr int UV = 64, UPB = 4, BB = 210; /* values per unit, units per block, block bytes */
-    static __device__ __forceinline__ float dot(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
-                                                const cuk_q8s *__restrict__ as) {
+    struct W {
+        float d;
+        int sc[4];        /* the scales of sub-block p's halves, then of sub-block p + 2's */
+        int lo[8], hi[8]; /* signed codes of sub-blocks p and p + 2 */
+    };
+    static __device__ __forceinline__ W unit(const uint8_t *__restrict__ row, int u) {
         const int b = u >> 2, half = (u >> 1) & 1, p = u & 1;
         const uint8_t *blk = row + (size_t)b * 210;
         const uint8_t *ql = blk + half * 64 + p * 32, *qh = blk + 128 + half * 32;
         const int8_t *sc = (const int8_t *)(blk + 192) + half * 8;
-        const int ab0 = b * 8 + half * 4 + p, ab1 = ab0 + 2; /* q8 blocks of sub-blocks p and p + 2 */
-        const int4 a00 = *(const int4 *)(aq + ab0 * 32), a01 = *(const int4 *)(aq + ab0 * 32 + 16);
-        const int4 a10 = *(const int4 *)(aq + ab1 * 32), a11 = *(const int4 *)(aq + ab1 * 32 + 16);
-        const cuk_q8s s0 = as[ab0], s1 = as[ab1];
-        const float d = h2f(ld16(blk + 208));
-        const int av0[8] = {a00.x, a00.y, a00.z, a00.w, a01.x, a01.y, a01.z, a01.w};
-        const int av1[8] = {a10.x, a10.y, a10.z, a10.w, a11.x, a11.y, a11.z, a11.w};
-        int lo[2] = {0, 0}, hi[2] = {0, 0};
+        W w;
+        w.d = h2f(ld16(blk + 208));
+        w.sc[0] = sc[2 * p];
+        w.sc[1] = sc[2 * p + 1];
+        w.sc[2] = sc[2 * p + 4];
+        w.sc[3] = sc[2 * p + 5];
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const uint32_t L = ld32_a2(ql + 4 * i), H = ld32_a2(qh + 4 * i);
             const uint32_t vlo = (L & 0x0F0F0F0Fu) | (((H >> (2 * p)) & 0x03030303u) << 4);
             const uint32_t vhi = ((L >> 4) & 0x0F0F0F0Fu) | (((H >> (2 * p + 4)) & 0x03030303u) << 4);
-            lo[i >> 2] = __dp4a((int)__vsub4(vlo, 0x20202020u), av0[i], lo[i >> 2]);
-            hi[i >> 2] = __dp4a((int)__vsub4(vhi, 0x20202020u), av1[i], hi[i >> 2]);
+            w.lo[i] = (int)__vsub4(vlo, 0x20202020u);
+            w.hi[i] = (int)__vsub4(vhi, 0x20202020u);
         }
-        const int slo = sc[2 * p] * lo[0] + sc[2 * p + 1] * lo[1];
-        const int shi = sc[2 * p + 4] * hi[0] + sc[2 * p + 5] * hi[1];
-        return d * s0.d * (float)slo + d * s1.d * (float)shi;
+        return w;
+    }
+    static __device__ __forceinline__ float dot(const W &w, int u, const int8_t *__restrict__ aq,
+                                                const cuk_q8s *__restrict__ as) {
+        const int b = u >> 2, half = (u >> 1) & 1, p = u & 1;
+        const int ab0 = b * 8 + half * 4 + p, ab1 = ab0 + 2; /* q8 blocks of sub-blocks p and p + 2 */
+        const A8 a0 = act8(aq, ab0), a1 = act8(aq, ab1);
+        const cuk_q8s s0 = as[ab0], s1 = as[ab1];
+        int lo[2] = {0, 0}, hi[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            lo[i >> 2] = __dp4a(w.lo[i], a0.v[i], lo[i >> 2]);
+            hi[i >> 2] = __dp4a(w.hi[i], a1.v[i], hi[i >> 2]);
+        }
+        const int slo = w.sc[0] * lo[0] + w.sc[1] * lo[1];
+        const int shi = w.sc[2] * hi[0] + w.sc[3] * hi[1];
+        return w.d * s0.d * (float)slo + w.d * s1.d * (float)shi;
     }
 };
 
@@ -420,6 +448,7 @@ __device__ __forceinline__ gq_out gq_find(const gemv_q8_outs &o, int row) {
 }
 
 constexpr int GQ_WARPS = 4;       /* warps per block of the q8 GEMV */
+constexpr int GQ_MAX_ROWS = 8;    /* activation rows per GEMV launch (more: several passes) */
 constexpr int GQ_STAGE = 128;     /* units of a row a warp stages at a time (64 where that exceeds GQ_STAGE_MAX) */
 constexpr int GQ_STAGE_MAX = 4608; /* bytes of one stage */
 #ifndef NM_GQ_DEPTH
@@ -446,7 +475,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
  * decode stage i from there (units lane, lane + 32, ...): the blocks' odd sizes (18, 34, 210
  * bytes) only allow 2-byte loads, which from global memory would cost several L1 wavefronts
  * each. A row's sum is the warp's shuffle sum of its lanes' sums. MR: the most activation rows
- * (m <= MR), so that one row's kernel keeps one accumulator per lane, not CUK_GEMV_MAX_ROWS. */
+ * (m <= MR <= GQ_MAX_ROWS), so that one row's kernel keeps one accumulator per lane. */
 template <class Q, int MR>
 __global__ void __launch_bounds__(GQ_WARPS * 32)
     gemv_q8_kernel(const Q q, gemv_q8_outs o, size_t row_bytes, int units, int su, int stage_bytes,
@@ -490,10 +519,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
         const int8_t *au = aq + (int64_t)u0 * Q::UV;
         const cuk_q8s *sa = as + (int64_t)u0 * Q::UV / 32;
 #pragma unroll 2
-        for (int u = lane; u < nu; u += 32)
+        for (int u = lane; u < nu; u += 32) {
+            const auto wu = q.unit(sm, u); /* decoded once for the m activation rows */
 #pragma unroll
             for (int r = 0; r < MR; r++)
-                if (r < m) acc[r] += q.dot(sm, u, au + r * k, sa + r * (k / 32));
+                if (r < m) acc[r] += q.dot(wu, u, au + r * k, sa + r * (k / 32));
+        }
         __syncwarp(); /* every lane is done with this buffer before it is refilled */
         if (ch == chunks - 1) {
             const gq_out d = gq_find(o, gw + it / chunks * G);
@@ -509,6 +540,123 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
                 }
             }
         }
+    }
+}
+
+/* ---- batched decode on int8 tensor cores ---------------------------------------------------
+ * For MQ_MIN_ROWS .. CUK_GEMV_MAX_ROWS activation rows of a 32-value QV type, mma.sync m16n8k32 (s8 x s8
+ * -> s32) takes, per 32-value unit, 16 weight rows (A: the codes as QV::words gives them, thread
+ * t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation rows (B: the same
+ * words of activation rows g), giving each (weight row, activation row) its exact integer sum;
+ * QV::step then adds the unit's float step, as the GEMV does. A block of MQ_WARPS warps takes 16
+ * weight rows (of the outputs stacked) and splits their units in MQ_WARPS contiguous slices; a
+ * warp streams its slice in chunks of MQ_CU units of all 16 rows into shared memory (cp.async,
+ * MQ_DEPTH stages in flight), so each weight byte is read once for all the rows. The warps' sums
+ * are added in warp order (the same bits every run). NT: n-tiles of 8 activation rows. */
+constexpr int MQ_WARPS = 4, MQ_CU = 8, MQ_DEPTH = 3;
+/* From this many rows on (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x this
+ * kernel's time, at 4 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
+constexpr int MQ_MIN_ROWS = 5;
+
+__device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    __trap(); /* cuk_gemv_q8 only picks this kernel for code built for sm_80 and up */
+#endif
+}
+
+template <class Q, int NT>
+__global__ void __launch_bounds__(MQ_WARPS * 32)
+    mmq_kernel(gemv_q8_outs o, size_t row_bytes, int units, int chunk_bytes, const int8_t *__restrict__ aq,
+               const cuk_q8s *__restrict__ as, int64_t k, int m, int vec) {
+    extern __shared__ __align__(16) uint8_t mq_stage[]; /* [MQ_WARPS][MQ_DEPTH][16][chunk_bytes] */
+    __shared__ const uint8_t *src_row[16]; /* where weight row row0 + r starts (past the end: the last row) */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    if (threadIdx.x < 16) {
+        const gq_out d = gq_find(o, NM_MIN(row0 + (int)threadIdx.x, o.n_rows - 1));
+        src_row[threadIdx.x] = d.w + (size_t)d.row * row_bytes;
+    }
+    __syncthreads();
+    const int chunks = (units + MQ_CU - 1) / MQ_CU, per_warp = (chunks + MQ_WARPS - 1) / MQ_WARPS;
+    const int c_first = warp * per_warp, n_items = NM_MAX(0, NM_MIN(chunks, c_first + per_warp) - c_first);
+    uint8_t *buf = mq_stage + (size_t)warp * MQ_DEPTH * 16 * chunk_bytes;
+    const int full = MQ_CU / Q::UPB * Q::BB; /* bytes of a whole chunk of one row */
+    auto fetch = [&](int it) {
+        if (it < n_items) {
+            const int c = c_first + it, nu = NM_MIN(MQ_CU, units - c * MQ_CU);
+            const int nbytes = (nu + Q::UPB - 1) / Q::UPB * Q::BB, v = nbytes % vec == 0 ? vec : 2;
+            const int per_row = nbytes / v;
+            uint8_t *dst = buf + (it % MQ_DEPTH) * 16 * chunk_bytes;
+            for (int p = lane; p < 16 * per_row; p += 32) {
+                const int r = p / per_row, off = (p % per_row) * v;
+                const uint8_t *src = src_row[r] + (size_t)c * full + off;
+                if (v >= 4) cp_async(dst + r * chunk_bytes + off, src, v);
+                else *(uint16_t *)(dst + r * chunk_bytes + off) = __ldg((const uint16_t *)src);
+            }
+        }
+        cp_async_commit();
+    };
+    cuk_grid_release();
+#pragma unroll
+    for (int i = 0; i < MQ_DEPTH - 1; i++) fetch(i);
+    cuk_grid_wait();
+    const int64_t kb = k / 32; /* q8 blocks per activation row */
+    float acc[NT][4] = {};
+    for (int it = 0; it < n_items; it++) {
+        fetch(it + MQ_DEPTH - 1);
+        cp_async_wait<MQ_DEPTH - 1>();
+        __syncwarp();
+        const uint8_t *st = buf + (it % MQ_DEPTH) * 16 * chunk_bytes;
+        const uint8_t *rg = st + g * chunk_bytes, *rg8 = st + (g + 8) * chunk_bytes;
+        const int u0 = (c_first + it) * MQ_CU, nu = NM_MIN(MQ_CU, units - u0);
+        for (int ui = 0; ui < nu; ui++) {
+            int a[4];
+            Q::words(rg, ui, t, &a[0], &a[2]);
+            Q::words(rg8, ui, t, &a[1], &a[3]);
+            const auto sg = Q::scal(rg, ui), sg8 = Q::scal(rg8, ui);
+            const int u = u0 + ui;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int8_t *ar = aq + (int64_t)NM_MIN(nt * 8 + g, m - 1) * k + (int64_t)u * 32;
+                int c[4] = {0, 0, 0, 0};
+                mma_s8(c, a, *(const int *)(ar + 4 * t), *(const int *)(ar + 16 + 4 * t));
+                const cuk_q8s sa = as[NM_MIN(nt * 8 + 2 * t, m - 1) * kb + u];
+                const cuk_q8s sb = as[NM_MIN(nt * 8 + 2 * t + 1, m - 1) * kb + u];
+                acc[nt][0] += Q::step(sg, c[0], sa);
+                acc[nt][1] += Q::step(sg, c[1], sb);
+                acc[nt][2] += Q::step(sg8, c[2], sa);
+                acc[nt][3] += Q::step(sg8, c[3], sb);
+            }
+        }
+        __syncwarp(); /* every lane is done with this buffer before it is refilled */
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* the stages are free: the warps' sums go there, [MQ_WARPS][16][8 * NT] */
+    float *red = (float *)mq_stage;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        float *rw = red + (size_t)warp * 16 * 8 * NT + nt * 8 + 2 * t;
+        rw[g * 8 * NT] = acc[nt][0];
+        rw[g * 8 * NT + 1] = acc[nt][1];
+        rw[(g + 8) * 8 * NT] = acc[nt][2];
+        rw[(g + 8) * 8 * NT + 1] = acc[nt][3];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 16 * m; i += MQ_WARPS * 32) {
+        const int r = i % 16, col = i / 16;
+        if (row0 + r >= o.n_rows) continue;
+        float v = red[r * 8 * NT + col];
+#pragma unroll
+        for (int w = 1; w < MQ_WARPS; w++) v += red[(size_t)w * 16 * 8 * NT + r * 8 * NT + col];
+        const gq_out d = gq_find(o, row0 + r);
+        float *y = d.y + (int64_t)col * d.ldy + d.row;
+        const float b = d.bias ? v + d.bias[d.row] : v;
+        *y = d.accumulate ? *y + b : b;
     }
 }
 
@@ -577,6 +725,18 @@ template <class F> void with_qv(enum dtype t, F &&f) {
         BLOCK_TYPES(QB_CASE)
     default: nm_fatal("cuk_gemv_q8: weight type %d has no int8 GEMV (a caller did not check cuk_gemv_q8_supported)",
                       (int)t);
+    }
+}
+
+/* f(QV<t>()) for the 32-value QV types (mmq_kernel's); false for any other type. */
+template <class F> bool with_qv32(enum dtype t, F &&f) {
+    switch (t) {
+    case DTYPE_Q4_0: f(QV<DTYPE_Q4_0>()); return true;
+    case DTYPE_Q4_1: f(QV<DTYPE_Q4_1>()); return true;
+    case DTYPE_Q8_0: f(QV<DTYPE_Q8_0>()); return true;
+    case DTYPE_Q4_K: f(QV<DTYPE_Q4_K>()); return true;
+    case DTYPE_Q5_K: f(QV<DTYPE_Q5_K>()); return true;
+    default: return false;
     }
 }
 
@@ -801,7 +961,7 @@ extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t
 
 extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,
                            int64_t ldx, int m, float *y, int64_t ldy) {
-    if (m <= CUK_GEMV_MAX_ROWS || c->max_rows == 0) cuk_gemv(c, t, w, k, n, x, ldx, m, y, ldy);
+    if (m <= CUK_GEMV_F32_MAX_ROWS || c->max_rows == 0) cuk_gemv(c, t, w, k, n, x, ldx, m, y, ldy);
     else
         for (int done = 0; done < m;) { /* the GEMM scratch holds max_rows activation rows */
             const int rows = NM_MIN(c->max_rows, m - done);
@@ -837,7 +997,7 @@ extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
 template <class QQ, int MR>
 void gemv_q8_launch(struct cuk_ctx *c, const QQ qv, const gemv_q8_outs &o, size_t rb, int64_t k, int su,
                     int stage_bytes, size_t smem, const int8_t *q, const cuk_q8s *s, int m, int vec) {
-    static_assert(MR <= CUK_GEMV_MAX_ROWS, "MR");
+    static_assert(MR <= GQ_MAX_ROWS, "MR");
     static int per_sm = 0; /* per type and MR (the stage size is fixed per type), and per process: a
                               GPU rank drives one device, so one kind of device */
     if (!per_sm) {
@@ -853,6 +1013,36 @@ void gemv_q8_launch(struct cuk_ctx *c, const QQ qv, const gemv_q8_outs &o, size_
     const unsigned blocks = (unsigned)((warps + GQ_WARPS - 1) / GQ_WARPS);
     cuk_launch(c, "gemv_q8", gemv_q8_kernel<QQ, MR>, blocks, GQ_WARPS * 32, smem, qv, o, rb, (int)(k / QQ::UV), su,
                stage_bytes, q, s, k, m, vec);
+}
+
+extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) {
+    return c->mmq && m >= MQ_MIN_ROWS && with_qv32(t, [](auto) {});
+}
+
+/* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
+template <class QQ, int NT>
+void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int chunk_bytes, size_t smem,
+            const int8_t *q, const cuk_q8s *s, int m, int vec) {
+    static bool ready = false; /* per instantiation and process (one device per GPU rank) */
+    if (!ready) {
+        CUK_CHECK(cudaFuncSetAttribute(mmq_kernel<QQ, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                  "shared memory of the tensor-core q8 matmul");
+        ready = true;
+    }
+    const unsigned blocks = (unsigned)((o.n_rows + 15) / 16);
+    cuk_launch(c, "mmq", mmq_kernel<QQ, NT>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes, q, s,
+               k, m, vec);
+}
+
+template <class QQ>
+void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, const int8_t *q, const cuk_q8s *s,
+                int m, int vec) {
+    const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
+    NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0);
+    const size_t smem = (size_t)MQ_WARPS * MQ_DEPTH * 16 * (size_t)chunk_bytes;
+    static_assert(CUK_GEMV_MAX_ROWS <= 16, "mmq_kernel's instantiations cover up to 16 rows");
+    if (m <= 8) mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);
+    else mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);
 }
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
@@ -882,18 +1072,31 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
     uintptr_t al = rb;
     for (int i = 0; i < n_outs; i++) al |= (uintptr_t)outs[i].w;
     const int vec = al % 16 == 0 ? 16 : al % 8 == 0 ? 8 : al % 4 == 0 ? 4 : 2;
-    with_qv(t, [&](auto qv) {
-        using QQ = decltype(qv);
-        /* a stage: whole blocks, a multiple of 16 bytes (vec loads) */
-        int su = GQ_STAGE;
-        if (su / qv.UPB * qv.BB > GQ_STAGE_MAX) su /= 2;
-        const int stage_bytes = su / qv.UPB * qv.BB;
-        NM_ASSERT(su % qv.UPB == 0 && stage_bytes % 16 == 0 && stage_bytes <= GQ_STAGE_MAX);
-        const size_t smem = (size_t)GQ_WARPS * GQ_DEPTH * (size_t)stage_bytes;
-        if (m == 1) gemv_q8_launch<QQ, 1>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
-        else if (m <= 4) gemv_q8_launch<QQ, 4>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
-        else gemv_q8_launch<QQ, 8>(c, qv, o, rb, k, su, stage_bytes, smem, q, s, m, vec);
-    });
+    if (cuk_q8_tensor_cores(c, t, m)) {
+        NM_ASSERT(with_qv32(t, [&](auto qv) { mmq_launch<decltype(qv)>(c, o, rb, k, q, s, m, vec); }));
+        return;
+    }
+    /* the GEMV, in passes of up to GQ_MAX_ROWS rows */
+    for (int r0 = 0; r0 < m; r0 += GQ_MAX_ROWS) {
+        const int mr = NM_MIN(GQ_MAX_ROWS, m - r0);
+        gemv_q8_outs op = o;
+        for (int i = 0; i < n_outs; i++) op.y[i] = o.y[i] + (int64_t)r0 * o.ldy[i];
+        const int8_t *qr = q + (int64_t)r0 * k;
+        const cuk_q8s *sr = s + (int64_t)r0 * (k / 32);
+        with_qv(t, [&](auto qv) {
+            using QQ = decltype(qv);
+            /* a stage: whole blocks, a multiple of 16 bytes (vec loads) */
+            int su = GQ_STAGE;
+            if (su / qv.UPB * qv.BB > GQ_STAGE_MAX) su /= 2;
+            const int stage_bytes = su / qv.UPB * qv.BB;
+            NM_ASSERT(su % qv.UPB == 0 && stage_bytes % 16 == 0 && stage_bytes <= GQ_STAGE_MAX);
+            const size_t smem = (size_t)GQ_WARPS * GQ_DEPTH * (size_t)stage_bytes;
+            static_assert(GQ_MAX_ROWS == 8, "the instantiations below cover 1 .. GQ_MAX_ROWS rows");
+            if (mr == 1) gemv_q8_launch<QQ, 1>(c, qv, op, rb, k, su, stage_bytes, smem, qr, sr, mr, vec);
+            else if (mr <= 4) gemv_q8_launch<QQ, 4>(c, qv, op, rb, k, su, stage_bytes, smem, qr, sr, mr, vec);
+            else gemv_q8_launch<QQ, 8>(c, qv, op, rb, k, su, stage_bytes, smem, qr, sr, mr, vec);
+        });
+    }
 }
 
 extern "C" void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k,

@@ -4,8 +4,16 @@
  *                                   bandwidth; prompt GEMM TFLOP/s for the 8B layer. With types
  *                                   (names as --type takes them, or "all" for every type), the
  *                                   llama-3-8b layer in those types only
- *   bench_gpu stage PRESET TYPE DIR pp512 and tg128 of a whole mkmodel model on the GPU stage
- *                                   (layer_first 0), with weight bytes per token / time
+ *   bench_gpu rows [TYPE ...]       one llama-3-8b layer (Q4_0 without types) for m = 1 .. 32
+ *                                   activation rows, as batched decode runs it: the decode path
+ *                                   (m <= CUK_GEMV_MAX_ROWS: q8 activations, dp4a GEMV or int8
+ *                                   tensor cores) and dequantized tiles + cuBLAS, us per layer
+ *                                   and the ratio to one row's decode path
+ *   bench_gpu stage PRESET TYPE DIR pp512 and tg128 of a whole mkmodel model (DIR/PRESET_TYPE.gguf,
+ *                                   made there unless it exists, and kept) on the GPU stage
+ *                                   (layer_first 0), with weight bytes per token / time; then
+ *                                   batched decode: steps of one row of each of B = 1 .. 32
+ *                                   sequences, every row's logits to the host, as a server runs
  * Warm-up excluded; mean over repetitions. Exit 77 without a device. */
 #include <math.h>
 #include <stdio.h>
@@ -156,6 +164,109 @@ static int bench_layers(int n_types, char **type_names) {
     return 0;
 }
 
+/* One llama-3-8b layer for m activation rows: the decode path (q8 quantization of each input and
+ * cuk_gemv_q8, Q/K/V and gate/up one launch each) while m <= CUK_GEMV_MAX_ROWS, and the prompt path
+ * (each input staged once as f16, dequantized tiles + cuBLAS) for every m. */
+static void bench_rows(const struct shape *sh, enum dtype t) {
+    enum { N_SH = 7, MAX_M = 32 };
+    krng r = {42};
+    void *w[N_SH];
+    float *ys[N_SH];
+    size_t total = 0;
+    for (int i = 0; i < N_SH; i++) {
+        const size_t rb = dtype_row_size(t, sh[i].k), bytes = rb * (size_t)sh[i].n;
+        uint8_t *h = malloc(bytes);
+        krng_row(&r, t, h, sh[i].k);
+        for (int64_t j = 1; j < sh[i].n; j++) memcpy(h + (size_t)j * rb, h, rb);
+        w[i] = cuk_malloc(g_ctx, bytes, "bench weight", NULL, 0);
+        ys[i] = cuk_malloc(g_ctx, (size_t)(MAX_M * sh[i].n) * 4, "y", NULL, 0);
+        NM_ASSERT(w[i] && ys[i]);
+        cuk_h2d(g_ctx, w[i], h, bytes);
+        free(h);
+        total += bytes;
+    }
+    const int64_t kmax = sh[6].k;
+    float *x = cuk_malloc(g_ctx, (size_t)(MAX_M * kmax) * 4, "x", NULL, 0);
+    void *xq = cuk_malloc(g_ctx, cuk_q8_bytes(CUK_GEMV_MAX_ROWS, kmax), "bench q8", NULL, 0);
+    NM_ASSERT(x && xq);
+    {
+        float *hx = malloc((size_t)(MAX_M * kmax) * 4);
+        krng rx = {3};
+        for (int64_t i = 0; i < MAX_M * kmax; i++) hx[i] = krng_normal(&rx);
+        cuk_h2d(g_ctx, x, hx, (size_t)(MAX_M * kmax) * 4);
+        free(hx);
+    }
+    struct cuk_gemv_out o[N_SH];
+    for (int i = 0; i < N_SH; i++) o[i] = (struct cuk_gemv_out){.w = w[i], .n = sh[i].n, .y = ys[i], .ldy = sh[i].n};
+    const bool q8 = cuk_gemv_q8_supported(t);
+    printf("llama-3-8b layer, %s, %.1f MiB: us per layer (GB/s of weights)%s\n", dtype_get(t)->name,
+           (double)total / (1 << 20), q8 ? "" : " [no q8 GEMV for this type: the f32-activation GEMV, one pass per row]");
+    printf("| rows | decode path | kernel | vs 1 row | tiles + cuBLAS | tiles vs 1 row's decode path |\n"
+           "|---:|---:|---|---:|---:|---:|\n");
+    const int ms[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    double t1 = 0;
+    for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
+        const int m = ms[mi];
+        double sv = 0;
+        if (m <= CUK_GEMV_MAX_ROWS) {
+            const int reps = 100;
+            for (int rep = 0; rep < reps + 10; rep++) {
+                if (rep == 10) {
+                    cuk_sync(g_ctx);
+                    sv = nm_time_s();
+                }
+                if (q8) {
+                    cuk_quantize_q8(g_ctx, xq, x, sh[0].k, m, sh[0].k);
+                    cuk_gemv_q8(g_ctx, t, sh[0].k, xq, m, o, 3);     /* q, k, v */
+                    cuk_gemv_q8(g_ctx, t, sh[3].k, xq, m, o + 3, 1); /* o */
+                    cuk_gemv_q8(g_ctx, t, sh[4].k, xq, m, o + 4, 2); /* gate, up */
+                    cuk_quantize_q8(g_ctx, xq, x, sh[6].k, m, sh[6].k);
+                    cuk_gemv_q8(g_ctx, t, sh[6].k, xq, m, o + 6, 1); /* down */
+                } else {
+                    for (int i = 0; i < N_SH; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, m, ys[i], sh[i].n);
+                }
+            }
+            cuk_sync(g_ctx);
+            sv = (nm_time_s() - sv) / reps;
+            if (m == 1) t1 = sv;
+        }
+        double sg = 0;
+        {
+            const int reps = 20;
+            for (int rep = 0; rep < reps + 3; rep++) {
+                if (rep == 3) {
+                    cuk_sync(g_ctx);
+                    sg = nm_time_s();
+                }
+                /* the inputs as the stage stages them: Q/K/V's, O's, gate/up's, down's */
+                const int first[4] = {0, 3, 4, 6}, last[4] = {3, 4, 6, 7};
+                for (int g = 0; g < 4; g++) {
+                    cuk_gemm_input(g_ctx, x, sh[first[g]].k, m, sh[first[g]].k, dtype_uses_q8x(t));
+                    for (int i = first[g]; i < last[g]; i++)
+                        cuk_gemm_staged(g_ctx, t, w[i], sh[i].k, sh[i].n, m, ys[i], sh[i].n);
+                }
+            }
+            cuk_sync(g_ctx);
+            sg = (nm_time_s() - sg) / reps;
+        }
+        char gv[64] = "-", gr[32] = "-";
+        const char *kern = "-";
+        if (sv > 0) {
+            snprintf(gv, sizeof gv, "%.1f (%.0f)", sv * 1e6, (double)total / sv / 1e9);
+            snprintf(gr, sizeof gr, "%.2fx", sv / t1);
+            kern = !q8 ? "f32 GEMV" : cuk_q8_tensor_cores(g_ctx, t, m) ? "tensor cores" : "dp4a GEMV";
+        }
+        printf("| %d | %s | %s | %s | %.1f (%.0f) | %.2fx |\n", m, gv, kern, gr, sg * 1e6, (double)total / sg / 1e9,
+               sg / t1);
+    }
+    for (int i = 0; i < N_SH; i++) {
+        cuk_free(w[i]);
+        cuk_free(ys[i]);
+    }
+    cuk_free(x);
+    cuk_free(xq);
+}
+
 static int bench_stage(const char *preset_name, const char *type_name, const char *dir) {
     const struct mkmodel_preset *preset = mkmodel_find_preset(preset_name);
     const int ti = dtype_from_name(type_name);
@@ -165,11 +276,17 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
     struct pool *pool = pool_init(16, NULL);
     struct mkmodel_params mp = {.preset = preset, .type = (enum dtype)ti, .output_type = -1, .seed = 7};
     double t0 = nm_time_s();
-    if (mkmodel_write(&mp, path, pool, err, sizeof err)) {
-        fprintf(stderr, "mkmodel: %s\n", err);
-        return 1;
+    FILE *exists = fopen(path, "rb");
+    if (exists) {
+        fclose(exists);
+        printf("%s: made before, reused\n", path);
+    } else {
+        if (mkmodel_write(&mp, path, pool, err, sizeof err)) {
+            fprintf(stderr, "mkmodel: %s\n", err);
+            return 1;
+        }
+        printf("mkmodel %s %s: %.1f s\n", preset_name, type_name, nm_time_s() - t0);
     }
-    printf("mkmodel %s %s: %.1f s\n", preset_name, type_name, nm_time_s() - t0);
     struct gguf_file *f;
     struct model_config c;
     if (gguf_open(path, &f, err, sizeof err) || model_config_read(f, &c, err, sizeof err)) {
@@ -183,9 +300,9 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
         return 1;
     }
     const int64_t E = c.n_embd;
-    float *h = malloc((size_t)(512 * E) * sizeof(float));
+    float *h = malloc((size_t)(2048 * E) * sizeof(float)); /* rows for pp512 and the batched prompts */
     krng r = {1};
-    for (int64_t i = 0; i < 512 * E; i++) h[i] = 0.5f * krng_normal(&r);
+    for (int64_t i = 0; i < 2048 * E; i++) h[i] = 0.5f * krng_normal(&r);
     int32_t id;
     float val;
     /* pp512 x 3 (first is warm-up) */
@@ -215,10 +332,63 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
            preset_name, type_name, (long long)c.n_layer, 512 / pp, 1 / tg, tg * 1e3, wb / (1 << 20), wb / tg / 1e9,
            100 * wb / tg / 1e9 / g_bw, g_bw, g_bw * 1e9 / wb, (unsigned long long)gpu_stage_weight_bytes_after_load(s));
     gpu_stage_free(s);
+
+    /* Batched decode: 32 sequences each with a 64-row prompt (one batch), then for each B steps
+     * of one row of each of sequences 0 .. B-1, every row's logits to the host. */
+    enum { MAX_B = 32, PROMPT = 64, WARM = 2, STEPS = 16 };
+    const struct gpu_stage_params bp = {.device = 0, .layer_first = 0, .n_ctx = MAX_B * 128, .n_batch = 512,
+                                        .n_seq = MAX_B, .kv_type = DTYPE_F16};
+    if (gpu_stage_open(&s, f, &c, &bp, err, sizeof err)) {
+        fprintf(stderr, "gpu_stage_open with %d sequences: %s\n", MAX_B, err);
+        return 1;
+    }
+    int32_t *seq = malloc(MAX_B * PROMPT * sizeof *seq);
+    int64_t *pos = malloc(MAX_B * PROMPT * sizeof *pos);
+    bool *ask = malloc(MAX_B * PROMPT);
+    float *lg = malloc((size_t)(MAX_B * c.n_vocab) * sizeof(float));
+    NM_ASSERT(seq && pos && ask && lg);
+    for (int i = 0; i < MAX_B * PROMPT; i++) {
+        seq[i] = i / PROMPT;
+        pos[i] = i % PROMPT;
+        ask[i] = i % PROMPT == PROMPT - 1;
+    }
+    struct stage_batch b = {.n = MAX_B * PROMPT, .hidden = h, .seq = seq, .pos = pos, .logits = ask};
+    if (gpu_stage_eval_batch(s, &b, lg, err, sizeof err)) {
+        fprintf(stderr, "prompts of %d sequences: %s\n", MAX_B, err);
+        return 1;
+    }
+    printf("batched decode, %s %s: steps of one row of each of B sequences (%d-row prompts), logits of every row to "
+           "the host\n| B | ms per step | rows/s | vs B=1 |\n|---:|---:|---:|---:|\n",
+           preset_name, type_name, PROMPT);
+    double rate1 = 0;
+    for (int B = 1; B <= MAX_B; B *= 2) {
+        for (int q = 0; q < B; q++) gpu_stage_seq_keep(s, q, PROMPT);
+        double ts = 0;
+        for (int step = 0; step < WARM + STEPS; step++) {
+            if (step == WARM) ts = nm_time_s();
+            for (int q = 0; q < B; q++) {
+                seq[q] = q;
+                pos[q] = PROMPT + step;
+                ask[q] = true;
+            }
+            b = (struct stage_batch){.n = B, .hidden = h + (int64_t)(step % 16) * E, .seq = seq, .pos = pos, .logits = ask};
+            if (gpu_stage_eval_batch(s, &b, lg, err, sizeof err)) {
+                fprintf(stderr, "decode step of %d rows: %s\n", B, err);
+                return 1;
+            }
+        }
+        const double step_s = (nm_time_s() - ts) / STEPS, rate = B / step_s;
+        if (B == 1) rate1 = rate;
+        printf("| %d | %.2f | %.0f | %.2fx |\n", B, step_s * 1e3, rate, rate / rate1);
+    }
+    free(seq);
+    free(pos);
+    free(ask);
+    free(lg);
+    gpu_stage_free(s);
     gguf_close(f);
     pool_free(pool);
     free(h);
-    remove(path);
     return 0;
 }
 
@@ -241,7 +411,30 @@ int main(int argc, char **argv) {
         cuk_ctx_free(g_ctx);
         return rc;
     }
+    if (argc >= 2 && strcmp(argv[1], "rows") == 0) {
+        g_ctx = cuk_ctx_init(0, err, sizeof err);
+        if (!g_ctx) return 77;
+        int rc = 0;
+        if (cuk_ctx_reserve_gemm(g_ctx, 512, 14336, 64 << 20, err, sizeof err)) {
+            fprintf(stderr, "%s\n", err);
+            rc = 1;
+        }
+        const struct shape l8[] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
+                                   {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
+        for (int a = 2; !rc && a <= NM_MAX(2, argc - 1); a++) {
+            const int t = a < argc ? dtype_from_name(argv[a]) : DTYPE_Q4_0;
+            if (t < 0 || !cuk_matmul_type_supported((enum dtype)t)) {
+                fprintf(stderr, "bench_gpu rows: unknown type or no CUDA kernel: %s (types: %s)\n", argv[a],
+                        dtype_supported_list());
+                rc = 2;
+            } else {
+                bench_rows(l8, (enum dtype)t);
+            }
+        }
+        cuk_ctx_free(g_ctx);
+        return rc;
+    }
     if (argc >= 5 && strcmp(argv[1], "stage") == 0) return bench_stage(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: %s layers [TYPE ... | all] | stage PRESET TYPE DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s layers [TYPE ... | all] | rows [TYPE ...] | stage PRESET TYPE DIR\n", argv[0]);
     return 2;
 }

@@ -53,7 +53,7 @@ template <class D> static int check_row(enum dtype t, const uint8_t *w, int64_t 
                 }
     }
     float sum = 0.0f;
-    for (int64_t u = 0; u < nu; u++) sum += q.dot(w, (int)u, aq, as);
+    for (int64_t u = 0; u < nu; u++) sum += q.dot(q.unit(w, (int)u), (int)u, aq, as);
     const float want = vec_dot_ref(t, k, w, q8);
     if (memcmp(&sum, &want, sizeof sum) != 0) {
         if (!quiet) fprintf(stderr, "FAIL: %s k=%lld: QB::dot sum %.9g, block_vec_dot_ref %.9g\n", info->name,

@@ -48,7 +48,7 @@ add_test(NAME gpu_stage_long_prompt
 set_tests_properties(gpu_stage_long_prompt PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                      RESOURCE_LOCK gpu_model_tiny-llama_q4_0)
 
-# Figures, not a test (tests/bench/RESULTS.md): bench_gpu layers | stage PRESET TYPE DIR.
+# Figures, not a test (tests/bench/RESULTS.md): bench_gpu layers | rows | stage PRESET TYPE DIR.
 add_executable(bench_gpu ${NM_GTEST_DIR}/bench_gpu.c)
 target_link_libraries(bench_gpu PRIVATE nm_rank)
 target_include_directories(bench_gpu PRIVATE ${CMAKE_SOURCE_DIR}/tests/kernels)
