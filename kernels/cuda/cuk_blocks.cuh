@@ -99,6 +99,10 @@ CUK_UNROLL
         const float sm = cuk_fadd(cuk_fmul(s.m[0], (float)t0), cuk_fmul(s.m[1], (float)t1));
         return cuk_fmul(sa.d, cuk_fadd(sd, sm));
     }
+    __host__ __device__ __forceinline__ float dot1(const uint8_t *__restrict__ row, int u, const int8_t *__restrict__ aq,
+                                                   const cuk_q8s *__restrict__ as) const {
+        return dot(unit(row, u), u, aq, as);
+    }
 };
 
 /* D::decode of each type, from BLOCK_TYPES (the decoders come from blocks/blocks_all.h). */
