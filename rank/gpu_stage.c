@@ -82,10 +82,10 @@ struct gpu_stage {
      * [n_batch][2]: built in rows (host), copied to d_rows for the decode kernels. */
     int64_t *rows, *d_rows;
 
-    /* A decode step of n rows that all ask for logits (one token, or one token of each of n
-     * sequences) as one CUDA graph, decode_graph[n - 1], captured at the first such step and
-     * then replayed: the rows' places are read from d_rows, filled from pin_rows by the graph
-     * itself, as their hidden states from pin_in. */
+    /* A decode step of n rows whose first row asks for logits (one token, or one token of each
+     * of n sequences; the head then runs on all n rows) as one CUDA graph, decode_graph[n - 1],
+     * captured at the first such step and then replayed: the rows' places are read from d_rows,
+     * filled from pin_rows by the graph itself, as their hidden states from pin_in. */
     struct cuk_graph *decode_graph[CUK_GEMV_MAX_ROWS];
     bool use_graph; /* false with NM_GPU_GRAPHS=0 */
     int64_t *pin_rows; /* [CUK_GEMV_MAX_ROWS][2] */
@@ -693,8 +693,8 @@ static void hook(struct gpu_stage *s, int layer, const float *dx, int n) {
 
 /* ---- decode: n <= CUK_GEMV_MAX_ROWS rows ------------------------------------------------------
  * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm writes
- * the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one GEMV launch each
- * on int8 activations, RoPE and the KV stores are one kernel, biases and residual adds happen in
+ * the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one cuk_gemv_q8
+ * each on int8 activations (a GEMV, or int8 tensor cores for several rows), RoPE and the KV stores are one kernel, biases and residual adds happen in
  * the GEMV's epilogue (y + (W x + b), the CPU's order). The rows' places come from d_rows. */
 
 /* The q8 scratch when the matmul reading an input of k values takes q8 activations, else NULL. */
@@ -817,8 +817,9 @@ struct chunk_head {
     int n_head, n_out;
 };
 
-/* Decode rows: through the graph of n rows when every row asks for logits and no hook is set,
- * else launched one by one. first_chunk: the chunk opens its batch (the stream is idle). */
+/* Decode rows: through the graph of n rows when the first row asks for logits (so the head runs
+ * on all n) and no hook is set, else launched one by one. first_chunk: the chunk opens its batch
+ * (the stream is idle). */
 static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const struct chunk_head *h, float *out,
                         bool first_chunk) {
     const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;

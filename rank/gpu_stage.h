@@ -8,9 +8,13 @@
  *
  * Decode (chunks of up to CUK_GEMV_MAX_ROWS rows: one token, or one of each of up to 16
  * sequences) multiplies block-quantized weights with int8 activations quantized exactly as the
- * CPU ranks quantize them, in fused kernels, each weight read once for all the rows; a step whose
- * rows all ask for logits, without a layer hook, replays the CUDA graph of its row count
- * (captured at the first such step; the rows' places are read from device memory). NM_GPU_GRAPHS=0 in the environment launches the kernels one by one;
+ * CPU ranks quantize them, in fused kernels (cuk_gemv_q8: the types with tensor-core decoders
+ * read each weight once for all the rows; the others once per 8 rows); a step whose first row
+ * asks for logits, without a layer hook, replays the CUDA graph of its row count (captured at
+ * the first such step; the rows' places are read from device memory). The matmuls' summation
+ * order depends on the step's row count (the GEMV, int8 tensor cores from 5 rows, cuBLAS above
+ * 16), so on the GPU a row's low bits do too. NM_GPU_GRAPHS=0 in the environment launches the
+ * kernels one by one;
  * NM_GPU_PDL=0 makes each decode kernel wait for the one before to finish before it starts
  * (kernels/cuda/cuk_internal.h, cuk_launch).
  *

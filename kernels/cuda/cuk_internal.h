@@ -39,7 +39,8 @@ struct cuk_ctx {
     int sm_count; /* multiprocessors: grids sized to fill the device once */
     bool pdl;     /* cuk_launch lets kernels overlap (sm_90 and not NM_GPU_PDL=0) */
     bool mma;     /* the device has f16 tensor-core instructions (mma.sync m16n8k16: sm_80 and up) */
-    bool mmq;     /* q8 matmuls of 2+ rows on int8 tensor cores (mmq_kernel; sm_80 and up, not NM_GPU_MMQ=0) */
+    bool mmq;     /* q8 matmuls of several rows on int8 tensor cores (cuk_q8_tensor_cores; sm_80 and up, not NM_GPU_MMQ=0) */
+    int smem_optin; /* the most shared memory one block may ask for, bytes */
     cudaStream_t stream;
     cublasHandle_t blas;
     /* GEMM scratch (cuk_ctx_reserve_gemm). */

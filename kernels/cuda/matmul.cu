@@ -592,7 +592,9 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
  * weight rows (of the outputs stacked) and splits their units in MQ_WARPS contiguous slices; a
  * warp streams its slice in chunks of MQ_CU units of all 16 rows into shared memory (cp.async,
  * MQ_DEPTH stages in flight), so each weight byte is read once for all the rows. The warps' sums
- * are added in warp order (the same bits every run). NT: n-tiles of 8 activation rows. */
+ * are added in warp order: the same bits every run for a given row count, though not the GEMV's
+ * (which sums in another order), so on the GPU a row's low bits depend on whether its step had
+ * fewer than MQ_MIN_ROWS rows. NT: n-tiles of 8 activation rows. */
 #ifndef NM_MQ_WARPS
 #define NM_MQ_WARPS 8 /* (a build option for measurements: -DNM_MQ_WARPS=4 in CMAKE_CUDA_FLAGS) */
 #endif
@@ -610,7 +612,8 @@ __device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-    __trap(); /* cuk_gemv_q8 only picks this kernel for code built for sm_80 and up */
+    __trap(); /* cuk_q8_tensor_cores picks this kernel on devices of sm_80 and up, and the build
+                 targets sm_90 (CMakeLists.txt): code for an older target never reaches here */
 #endif
 }
 
@@ -1062,8 +1065,13 @@ void gemv_q8_launch(struct cuk_ctx *c, const QQ qv, const gemv_q8_outs &o, size_
                stage_bytes, q, s, k, m, vec);
 }
 
+/* mmq_kernel's shared memory for type QQ: the warps' stages */
+template <class QQ> constexpr size_t mmq_smem() { return (size_t)MQ_WARPS * MQ_DEPTH * 16 * (MQ_CU / QQ::UPB * QQ::BB); }
+
 extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) {
-    return c->mmq && m >= MQ_MIN_ROWS && with_qv32(t, [](auto) {});
+    size_t smem = 0;
+    return c->mmq && m >= MQ_MIN_ROWS && with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) &&
+           smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
 }
 
 /* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
@@ -1086,7 +1094,7 @@ void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, 
                 int m, int vec) {
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
     NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0);
-    const size_t smem = (size_t)MQ_WARPS * MQ_DEPTH * 16 * (size_t)chunk_bytes;
+    const size_t smem = mmq_smem<QQ>();
     static_assert(CUK_GEMV_MAX_ROWS <= 16, "mmq_kernel's instantiations cover up to 16 rows");
     if (m <= 8) mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);
     else mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);

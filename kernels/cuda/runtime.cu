@@ -80,6 +80,8 @@ extern "C" struct cuk_ctx *cuk_ctx_init(int dev, char *why, size_t whylen) {
     c->mma = cc >= 8;
     const char *pq = getenv("NM_GPU_MMQ");
     c->mmq = cc >= 8 && !(pq && strcmp(pq, "0") == 0);
+    CUK_CHECK(cudaDeviceGetAttribute(&c->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+              "shared memory per block");
     CUK_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "creating the GPU rank's stream");
     CUBLAS_CHECK(cublasCreate(&c->blas), "cuBLAS initialization; is libcublas the toolkit's version?");
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream), "cuBLAS stream");

@@ -100,7 +100,8 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
  * batches mixing the sequences (18 rows: a run of 10, which takes the tensor-core attention, next
  * to runs of 3 and 5; 30 rows, cut into a chunk of 20 inside a run and one of the run's other 10
  * rows, which takes the decode path of more than 8 rows), then decode steps of one row per
- * sequence (the 3-row GEMV path and its graph), then sequence 1 rewound by one and that row again
+ * sequence (the 3-row GEMV path and its graph) and of two (6 rows: int8 tensor cores for their
+ * types), then sequence 1 rewound by one and that row again
  * alone (the graph of one row, at sequence 1's region). Every row against the CPU's logits of its
  * position. */
 static void multi_seq(const struct model *m, int64_t lf, const float *h, const float *cpu, int n_prompt, int n_gen,
@@ -129,12 +130,18 @@ static void multi_seq(const struct model *m, int64_t lf, const float *h, const f
             }
         multi_seq_batch(s, h, E, V, cpu, seq, pos, n, &acc);
     }
-    for (int g = 0; g < n_gen; g++) {
-        for (int q = 0; q < 3; q++) {
-            seq[q] = q;
-            pos[q] = n_prompt + g;
-        }
-        multi_seq_batch(s, h, E, V, cpu, seq, pos, 3, &acc);
+    /* decode steps: one row of each sequence, then (the second half) two rows of each, so that
+     * steps of 3 and of 6 rows (int8 tensor cores for their types) run through the graphs */
+    for (int g = 0; g < n_gen;) {
+        const int per = g < n_gen / 2 ? 1 : NM_MIN(2, n_gen - g);
+        int n = 0;
+        for (int q = 0; q < 3; q++)
+            for (int j = 0; j < per; j++) {
+                seq[n] = q;
+                pos[n++] = n_prompt + g + j;
+            }
+        multi_seq_batch(s, h, E, V, cpu, seq, pos, n, &acc);
+        g += per;
     }
     gpu_stage_seq_keep(s, 1, n_pos - 1);
     seq[0] = 1;
