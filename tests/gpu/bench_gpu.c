@@ -31,22 +31,44 @@ static double g_bw;
 
 struct shape { const char *name; int64_t k, n; };
 
+/* the 7 matmuls of a llama-3-8b layer */
+static const struct shape L8[7] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
+                                   {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
+
+/* A weight of shape sh in type t on the device: random blocks, one row pattern repeated (content
+ * does not change the speed). *bytes: its size. */
+static void *upload_weight(krng *r, enum dtype t, const struct shape *sh, size_t *bytes) {
+    const size_t rb = dtype_row_size(t, sh->k);
+    *bytes = rb * (size_t)sh->n;
+    uint8_t *h = malloc(*bytes);
+    NM_ASSERT(h);
+    krng_row(r, t, h, sh->k);
+    for (int64_t j = 1; j < sh->n; j++) memcpy(h + (size_t)j * rb, h, rb);
+    void *w = cuk_malloc(g_ctx, *bytes, "bench weight", NULL, 0);
+    NM_ASSERT(w);
+    cuk_h2d(g_ctx, w, h, *bytes);
+    free(h);
+    return w;
+}
+
+/* One layer's decode matmuls as the stage runs them, for m rows of x: each input quantized to q8,
+ * Q/K/V and gate/up one cuk_gemv_q8 each (o: the 7 outputs of L8's order). */
+static void layer_q8(enum dtype t, const struct shape *sh, void *xq, const float *x, int m, const struct cuk_gemv_out *o) {
+    cuk_quantize_q8(g_ctx, xq, x, sh[0].k, m, sh[0].k);
+    cuk_gemv_q8(g_ctx, t, sh[0].k, xq, m, o, 3);     /* q, k, v */
+    cuk_gemv_q8(g_ctx, t, sh[3].k, xq, m, o + 3, 1); /* o */
+    cuk_gemv_q8(g_ctx, t, sh[4].k, xq, m, o + 4, 2); /* gate, up */
+    cuk_quantize_q8(g_ctx, xq, x, sh[6].k, m, sh[6].k);
+    cuk_gemv_q8(g_ctx, t, sh[6].k, xq, m, o + 6, 1); /* down */
+}
+
 static void bench_layer(const char *model, const struct shape *sh, int n_sh, enum dtype t) {
     krng r = {42};
     void *w[8];
     size_t bytes[8], total = 0;
     int64_t kmax = 0, nmax = 0;
     for (int i = 0; i < n_sh; i++) {
-        bytes[i] = dtype_row_size(t, sh[i].k) * (size_t)sh[i].n;
-        uint8_t *h = malloc(bytes[i]);
-        /* random blocks, one row pattern repeated (content does not change the speed) */
-        const size_t rb = dtype_row_size(t, sh[i].k);
-        krng_row(&r, t, h, sh[i].k);
-        for (int64_t j = 1; j < sh[i].n; j++) memcpy(h + (size_t)j * rb, h, rb);
-        w[i] = cuk_malloc(g_ctx, bytes[i], "bench weight", NULL, 0);
-        NM_ASSERT(w[i]);
-        cuk_h2d(g_ctx, w[i], h, bytes[i]);
-        free(h);
+        w[i] = upload_weight(&r, t, &sh[i], &bytes[i]);
         total += bytes[i];
         kmax = NM_MAX(kmax, sh[i].k);
         nmax = NM_MAX(nmax, sh[i].n);
@@ -89,12 +111,7 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
                 cuk_sync(g_ctx);
                 t0 = nm_time_ns();
             }
-            cuk_quantize_q8(g_ctx, xq, x, sh[0].k, 1, sh[0].k);
-            cuk_gemv_q8(g_ctx, t, sh[0].k, xq, 1, o, 3);     /* q, k, v */
-            cuk_gemv_q8(g_ctx, t, sh[3].k, xq, 1, o + 3, 1); /* o */
-            cuk_gemv_q8(g_ctx, t, sh[4].k, xq, 1, o + 4, 2); /* gate, up */
-            cuk_quantize_q8(g_ctx, xq, x, sh[6].k, 1, sh[6].k);
-            cuk_gemv_q8(g_ctx, t, sh[6].k, xq, 1, o + 6, 1); /* down */
+            layer_q8(t, sh, xq, x, 1, o);
         }
         cuk_sync(g_ctx);
         const double sq = (double)(nm_time_ns() - t0) * 1e-9 / reps;
@@ -134,8 +151,6 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
 static int bench_layers(int n_types, char **type_names) {
     const struct shape q05[] = {{"q", 896, 896}, {"k", 896, 128}, {"v", 896, 128}, {"o", 896, 896},
                                 {"gate", 896, 4864}, {"up", 896, 4864}, {"down", 4864, 896}};
-    const struct shape l8[] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
-                               {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
     char why[256];
     if (cuk_ctx_reserve_gemm(g_ctx, 512, 14336, 64 << 20, why, sizeof why)) {
         fprintf(stderr, "%s\n", why);
@@ -144,13 +159,13 @@ static int bench_layers(int n_types, char **type_names) {
     if (n_types == 0) {
         bench_layer("qwen2.5-0.5b", q05, 7, DTYPE_Q4_0);
         const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q5_K, DTYPE_Q6_K, DTYPE_F16};
-        for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", l8, 7, ts[i]);
+        for (size_t i = 0; i < NM_ARRAY_LEN(ts); i++) bench_layer("llama-3-8b", L8, 7, ts[i]);
         return 0;
     }
     for (int a = 0; a < n_types; a++) {
         if (strcmp(type_names[a], "all") == 0) {
             for (uint32_t id = 0; id < DTYPE_COUNT; id++)
-                if (dtype_get(id) && cuk_matmul_type_supported((enum dtype)id)) bench_layer("llama-3-8b", l8, 7, (enum dtype)id);
+                if (dtype_get(id) && cuk_matmul_type_supported((enum dtype)id)) bench_layer("llama-3-8b", L8, 7, (enum dtype)id);
             continue;
         }
         const int t = dtype_from_name(type_names[a]);
@@ -159,7 +174,7 @@ static int bench_layers(int n_types, char **type_names) {
                     dtype_supported_list());
             return 2;
         }
-        bench_layer("llama-3-8b", l8, 7, (enum dtype)t);
+        bench_layer("llama-3-8b", L8, 7, (enum dtype)t);
     }
     return 0;
 }
@@ -174,15 +189,10 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
     float *ys[N_SH];
     size_t total = 0;
     for (int i = 0; i < N_SH; i++) {
-        const size_t rb = dtype_row_size(t, sh[i].k), bytes = rb * (size_t)sh[i].n;
-        uint8_t *h = malloc(bytes);
-        krng_row(&r, t, h, sh[i].k);
-        for (int64_t j = 1; j < sh[i].n; j++) memcpy(h + (size_t)j * rb, h, rb);
-        w[i] = cuk_malloc(g_ctx, bytes, "bench weight", NULL, 0);
+        size_t bytes;
+        w[i] = upload_weight(&r, t, &sh[i], &bytes);
         ys[i] = cuk_malloc(g_ctx, (size_t)(MAX_M * sh[i].n) * 4, "y", NULL, 0);
-        NM_ASSERT(w[i] && ys[i]);
-        cuk_h2d(g_ctx, w[i], h, bytes);
-        free(h);
+        NM_ASSERT(ys[i]);
         total += bytes;
     }
     const int64_t kmax = sh[6].k;
@@ -216,12 +226,7 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
                     sv = nm_time_s();
                 }
                 if (q8) {
-                    cuk_quantize_q8(g_ctx, xq, x, sh[0].k, m, sh[0].k);
-                    cuk_gemv_q8(g_ctx, t, sh[0].k, xq, m, o, 3);     /* q, k, v */
-                    cuk_gemv_q8(g_ctx, t, sh[3].k, xq, m, o + 3, 1); /* o */
-                    cuk_gemv_q8(g_ctx, t, sh[4].k, xq, m, o + 4, 2); /* gate, up */
-                    cuk_quantize_q8(g_ctx, xq, x, sh[6].k, m, sh[6].k);
-                    cuk_gemv_q8(g_ctx, t, sh[6].k, xq, m, o + 6, 1); /* down */
+                    layer_q8(t, sh, xq, x, m, o);
                 } else {
                     for (int i = 0; i < N_SH; i++) cuk_gemv(g_ctx, t, w[i], sh[i].k, sh[i].n, x, sh[i].k, m, ys[i], sh[i].n);
                 }
@@ -419,8 +424,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s\n", err);
             rc = 1;
         }
-        const struct shape l8[] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
-                                   {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
         for (int a = 2; !rc && a <= NM_MAX(2, argc - 1); a++) {
             const int t = a < argc ? dtype_from_name(argv[a]) : DTYPE_Q4_0;
             if (t < 0 || !cuk_matmul_type_supported((enum dtype)t)) {
@@ -428,7 +431,7 @@ int main(int argc, char **argv) {
                         dtype_supported_list());
                 rc = 2;
             } else {
-                bench_rows(l8, (enum dtype)t);
+                bench_rows(L8, (enum dtype)t);
             }
         }
         cuk_ctx_free(g_ctx);
