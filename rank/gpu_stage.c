@@ -615,7 +615,7 @@ static void attention_rows(struct gpu_stage *s, void *kc, void *vc, int n) {
         if (single < i0)
             cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, i0 - single,
                              s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
-                             scale);
+                             scale, NULL);
         const size_t base = (size_t)r[2 * i0 + 1];
         cuk_attention(s->ctx, s->att + i0 * ad, ad, s->q + i0 * qd, (uint8_t *)kc + base * (size_t)s->k_row * es,
                       (uint8_t *)vc + base * (size_t)s->v_row * es, s->kv_type, i1 - i0, r[2 * i0], (int)c->n_head,
@@ -624,7 +624,8 @@ static void attention_rows(struct gpu_stage *s, void *kc, void *vc, int n) {
     }
     if (single < n)
         cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, n - single,
-                         s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v, scale);
+                         s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v, scale,
+                         NULL);
 }
 
 /* x += attn_output(attention(rope(q), rope(k), v)); xn holds attn_norm(x). */
@@ -692,8 +693,8 @@ static void hook(struct gpu_stage *s, int layer, const float *dx, int n) {
 }
 
 /* ---- decode: n <= CUK_GEMV_MAX_ROWS rows ------------------------------------------------------
- * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm writes
- * the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one cuk_gemv_q8
+ * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm (and
+ * the attention) writes the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one cuk_gemv_q8
  * each on int8 activations (a GEMV, or int8 tensor cores for several rows), RoPE and the KV stores are one kernel, biases and residual adds happen in
  * the GEMV's epilogue (y + (W x + b), the CPU's order). The rows' places come from d_rows. */
 
@@ -747,11 +748,12 @@ static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li
     void *kc = (void *)kv_layer(s, s->kv_k, li, s->k_row), *vc = (void *)kv_layer(s, s->kv_v, li, s->v_row);
     cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
                    L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, s->d_rows);
+    void *xa = q8_input(s, ad, &L->wo);
+    const bool fused = xa && c->head_dim_v % 32 == 0; /* the attention launch writes the q8 too */
     cuk_attention_at(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, s->d_rows, (int)c->n_head, (int)c->n_head_kv,
-                     c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim));
+                     c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim), fused ? xa : NULL);
     {
-        void *xa = q8_input(s, ad, &L->wo);
-        if (xa) cuk_quantize_q8(s->ctx, xa, s->att, ad, n, ad);
+        if (xa && !fused) cuk_quantize_q8(s->ctx, xa, s->att, ad, n, ad);
         const struct gmat *w[1] = {&L->wo};
         float *y[1] = {s->x};
         const float *b[1] = {L->bo};

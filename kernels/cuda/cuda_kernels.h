@@ -183,10 +183,12 @@ void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m
                     const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
                     const int64_t *rows);
 /* cuk_attention of m rows, each over its own sequence's positions 0 .. its position (rows as
- * above). */
+ * above). out_q8, when not NULL (head_dim_v a multiple of 32, ldo = n_head * head_dim_v): the
+ * output rows' q8 too, as cuk_quantize_q8 writes it (the next matmul's input, in the same
+ * launch). */
 void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                       const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
-                      int64_t head_dim, int64_t head_dim_v, float scale);
+                      int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8);
 
 /* A recorded sequence of the context's stream work (a CUDA graph), replayed with one launch.
  * Between cuk_capture_begin and cuk_capture_end the calls on c are recorded, not run; nothing in

@@ -90,7 +90,7 @@ void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m
                     const int64_t *rows) { CUK_NONE(); }
 void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                       const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
-                      int64_t head_dim, int64_t head_dim_v, float scale) { CUK_NONE(); }
+                      int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) { CUK_NONE(); }
 void cuk_capture_begin(struct cuk_ctx *c) { CUK_NONE(); }
 struct cuk_graph *cuk_capture_end(struct cuk_ctx *c) { CUK_NONE(); }
 void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g) { CUK_NONE(); }

@@ -166,96 +166,163 @@ __global__ void kv_store_f16_kernel(__half *cache, const float *src, int64_t n, 
     if (i < total) cache[i] = __float2half_rn(src[i]);
 }
 
-__device__ __forceinline__ float kv_ld(const float *p) { return *p; }
-__device__ __forceinline__ float kv_ld(const __half *p) { return __half2float(*p); }
-
 constexpr int ATT_T = 256; /* threads and positions per tile */
 
-/* 8 consecutive cache values as f32 (16-byte aligned for __half, 32 for float). */
-__device__ __forceinline__ void kv_ld8(const __half *p, float *o) {
-    const uint4 r = *(const uint4 *)p;
-    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+/* 4 consecutive cache values loaded whole (8 or 16 bytes) apart from their conversion to f32, so
+ * that a warp's loads of several rows are all in flight before the first is used. */
+__device__ __forceinline__ uint2 kv_raw4(const __half *p) { return *(const uint2 *)p; }
+__device__ __forceinline__ float4 kv_raw4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ void kv_f32(uint2 r, float *o) {
+    const float2 a = __half22float2(*(const __half2 *)&r.x), b = __half22float2(*(const __half2 *)&r.y);
+    o[0] = a.x; o[1] = a.y; o[2] = b.x; o[3] = b.y;
+}
+__device__ __forceinline__ void kv_f32(float4 r, float *o) { o[0] = r.x; o[1] = r.y; o[2] = r.z; o[3] = r.w; }
+/* one value at a time (rows of a head size not a multiple of 4) */
+__device__ __forceinline__ float kv_ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float kv_ld(const float *p) { return *p; }
+
+constexpr int ATT_WARPS = ATT_T / 32;
+
+/* The f32 values o[u][c][0..4) of rows j0 + u * ATT_WARPS (< tl) of base (rows of stride
+ * values), dimensions c * 128 + lane * 4 + 0..3 (< hd); 0 elsewhere. */
+template <typename KT, int DC, bool V4, int U>
+__device__ __forceinline__ void kv_rows(const KT *base, int64_t stride, int j0, int tl, int hd, int lane,
+                                        float (&o)[U][DC][4]) {
+    if constexpr (V4) {
+        decltype(kv_raw4(base)) raw[U][DC];
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 f = __half22float2(*(const __half2 *)&w[j]);
-        o[2 * j] = f.x;
-        o[2 * j + 1] = f.y;
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int c = 0; c < DC; c++) {
+                const int j = j0 + u * ATT_WARPS, d = c * 128 + lane * 4;
+                raw[u][c] = {};
+                if (j < tl && d < hd) raw[u][c] = kv_raw4(base + (int64_t)j * stride + d);
+            }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int c = 0; c < DC; c++) kv_f32(raw[u][c], o[u][c]);
+    } else {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int c = 0; c < DC; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = j0 + u * ATT_WARPS, d = c * 128 + lane * 4 + e;
+                    o[u][c][e] = j < tl && d < hd ? kv_ld(base + (int64_t)j * stride + d) : 0.0f;
+                }
     }
 }
-__device__ __forceinline__ void kv_ld8(const float *p, float *o) {
-    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
-    o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
-}
 
-/* One (query head, row) per block. Positions in tiles of ATT_T: thread j scores position t0 + j
- * (a whole K row, 8 values per load when vec8), the tile's softmax numerators are rescaled
- * online against the running max, and each thread accumulates output dimensions over the tile.
- * Row i is at position pos0 + i of a sequence whose positions start at cache row 0, or when rows
- * is not NULL at position rows[2i] of one starting at cache row rows[2i + 1] (read when the
- * kernel runs: a graph replays it). */
-template <typename KT>
+/* One (query head, row) per block. Positions in tiles of ATT_T: warp w takes positions w, w +
+ * ATT_WARPS, ... of a tile, 8 / DC at a time (their K rows are loaded together, each lane holding
+ * 4 of every 128 dimensions, so a row is one coalesced read), and scores them with a shuffle sum;
+ * the tile's softmax numerators are rescaled online against the running max; then the same warp
+ * adds its positions' V rows into its lanes' output dimensions. At the end the warps' partial
+ * outputs are added in warp order (the same bits every run). Row i is at position pos0 + i of a
+ * sequence whose positions start at cache row 0, or when rows is not NULL at position rows[2i]
+ * of one starting at cache row rows[2i + 1] (read when the kernel runs: a graph replays it).
+ * V4: the rows allow vector loads (head dims multiples of 4, aligned caches). DC: 128-value
+ * chunks of the longer head (of K or V). */
+template <typename KT, int DC, bool V4>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
                 const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows,
-                int n_head, int group, int hd, int hdv, float scale, int vec8) {
-    __shared__ float qs[512];
+                int n_head, int group, int hd, int hdv, float scale, int8_t *oq, cuk_q8s *os) {
+    constexpr int ATT_U = 8 / DC; /* positions a warp loads at once: 8 loads in flight per lane */
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
+    __shared__ float part[ATT_WARPS][DC * 128];
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
-    const int h = blockIdx.x, i = blockIdx.y, hk = h / group;
+    const int h = blockIdx.x, i = blockIdx.y, hk = h / group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t pos = rows ? rows[2 * i] : pos0 + i, base = rows ? rows[2 * i + 1] : 0;
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
-    for (int d = threadIdx.x; d < hd; d += ATT_T) qs[d] = qh[d];
-    __syncthreads();
+    float qv[DC][4], acc[DC][4] = {};
+#pragma unroll
+    for (int c = 0; c < DC; c++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int d = c * 128 + lane * 4 + j;
+            qv[c][j] = d < hd ? qh[d] : 0.0f;
+        }
     const int64_t n_kv = pos + 1;
     const KT *k0 = kc + base * k_row + (int64_t)hk * hd, *v0 = vc + base * v_row + (int64_t)hk * hdv;
-    float m_run = -INFINITY, l_run = 0.0f, acc[2] = {0.0f, 0.0f};
+    float m_run = -INFINITY, l_run = 0.0f;
     for (int64_t t0 = 0; t0 < n_kv; t0 += ATT_T) {
         const int tl = (int)NM_MIN((int64_t)ATT_T, n_kv - t0);
-        float sj = -INFINITY;
-        if (threadIdx.x < tl) {
-            const KT *kr = k0 + (t0 + threadIdx.x) * k_row;
-            float s0 = 0.0f, s1 = 0.0f;
-            if (vec8) {
-                for (int d = 0; d < hd; d += 8) {
-                    float kv[8];
-                    kv_ld8(kr + d, kv);
-                    s0 += qs[d] * kv[0] + qs[d + 1] * kv[1] + qs[d + 2] * kv[2] + qs[d + 3] * kv[3];
-                    s1 += qs[d + 4] * kv[4] + qs[d + 5] * kv[5] + qs[d + 6] * kv[6] + qs[d + 7] * kv[7];
-                }
-            } else {
-                for (int d = 0; d < hd; d++) s0 += qs[d] * kv_ld(kr + d);
+        for (int j0 = warp; j0 < tl; j0 += ATT_WARPS * ATT_U) {
+            float kv[ATT_U][DC][4];
+            kv_rows<KT, DC, V4>(k0 + t0 * k_row, k_row, j0, tl, hd, lane, kv);
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                float sc = 0.0f;
+#pragma unroll
+                for (int c = 0; c < DC; c++)
+                    sc += qv[c][0] * kv[u][c][0] + qv[c][1] * kv[u][c][1] + qv[c][2] * kv[u][c][2] +
+                          qv[c][3] * kv[u][c][3];
+                sc = cuk_warp_reduce(sc, cuk_op_add());
+                const int j = j0 + u * ATT_WARPS;
+                if (lane == 0 && j < tl) ps[j] = sc * scale;
             }
-            sj = (s0 + s1) * scale;
         }
-        const float m_new = fmaxf(m_run, block_max(sj, red));
+        __syncthreads();
+        const float sj = threadIdx.x < tl ? ps[threadIdx.x] : -INFINITY;
+        const float m_new = fmaxf(m_run, block_max(sj, red)); /* syncs: every score is read */
         const float corr = expf(m_run - m_new);
         const float p = threadIdx.x < tl ? expf(sj - m_new) : 0.0f;
-        const float psum = block_sum(p, red); /* syncs: the previous tile's ps reads are done */
+        const float psum = block_sum(p, red);
         if (threadIdx.x < tl) ps[threadIdx.x] = p;
         l_run = l_run * corr + psum;
         m_run = m_new;
         __syncthreads();
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int d = threadIdx.x + r * ATT_T;
-            if (d < hdv) {
-                float a = acc[r] * corr;
-                const KT *vr = v0 + t0 * v_row + d;
-#pragma unroll 4
-                for (int j = 0; j < tl; j++) a += ps[j] * kv_ld(vr + (int64_t)j * v_row);
-                acc[r] = a;
+        for (int c = 0; c < DC; c++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[c][j] *= corr;
+        for (int j0 = warp; j0 < tl; j0 += ATT_WARPS * ATT_U) {
+            float vv[ATT_U][DC][4];
+            kv_rows<KT, DC, V4>(v0 + t0 * v_row, v_row, j0, tl, hdv, lane, vv);
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                const int j = j0 + u * ATT_WARPS;
+                const float pj = j < tl ? ps[j] : 0.0f;
+#pragma unroll
+                for (int c = 0; c < DC; c++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[c][e] += pj * vv[u][c][e];
             }
         }
-        __syncthreads();
+        __syncthreads(); /* the next tile rewrites ps */
     }
-    const float inv = 1.0f / l_run;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int d = threadIdx.x + r * ATT_T;
-        if (d < hdv) out[(int64_t)i * ldo + (int64_t)h * hdv + d] = acc[r] * inv;
+    for (int c = 0; c < DC; c++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int d = c * 128 + lane * 4 + j;
+            if (d < hdv) part[warp][d] = acc[c][j];
+        }
+    __syncthreads();
+    const float inv = 1.0f / l_run;
+    if (oq) { /* a warp per 32 output values, their q8 block as cuk_quantize_q8 writes it */
+        const int64_t k = (int64_t)n_head * hdv;
+        for (int d0 = warp * 32; d0 < hdv; d0 += ATT_T) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATT_WARPS; w++) sum += part[w][d0 + lane];
+            const float o = sum * inv;
+            out[(int64_t)i * ldo + (int64_t)h * hdv + d0 + lane] = o;
+            const int64_t e = (int64_t)i * k + (int64_t)h * hdv + d0;
+            cuk_q8_warp_store(o, oq + e, os + e / 32);
+        }
+        return;
+    }
+    for (int d = threadIdx.x; d < hdv; d += ATT_T) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) sum += part[w][d];
+        out[(int64_t)i * ldo + (int64_t)h * hdv + d] = sum * inv;
     }
 }
 
@@ -691,10 +758,25 @@ extern "C" bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type
            (head_dim == 64 || head_dim == 128);
 }
 
+/* attn_kernel with the fewest 128-value chunks that hold a head (dc of them) */
+template <typename KT>
+static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, dim3 grid, float *out, int64_t ldo, const float *q,
+                             const KT *k_cache, const KT *v_cache, int64_t k_row, int64_t v_row, int64_t pos0,
+                             const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, void *out_q8,
+                             int m) {
+    int8_t *oq = (int8_t *)out_q8;
+    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, (int64_t)n_head * hdv)) : NULL;
+    auto kern = v4 ? (dc == 1 ? attn_kernel<KT, 1, true> : dc == 2 ? attn_kernel<KT, 2, true> : attn_kernel<KT, 4, true>)
+                   : (dc == 1 ? attn_kernel<KT, 1, false> : dc == 2 ? attn_kernel<KT, 2, false> : attn_kernel<KT, 4, false>);
+    cuk_launch(c, "attention", kern, grid, ATT_T, 0, out, ldo, q, k_cache, v_cache, k_row, v_row, pos0, rows, n_head,
+               group, hd, hdv, scale, oq, os);
+}
+
 static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                              const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *rows,
-                             int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
-    NM_ASSERT(head_dim <= 512 && head_dim_v <= 2 * ATT_T && n_head % n_head_kv == 0);
+                             int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) {
+    NM_ASSERT(head_dim <= 512 && head_dim_v <= 512 && n_head % n_head_kv == 0);
+    NM_ASSERT(!out_q8 || (rows && head_dim_v % 32 == 0));
     if (m < 1) return;
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     const int group = n_head / n_head_kv;
@@ -707,30 +789,30 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
         return;
     }
     const dim3 grid((unsigned)n_head, (unsigned)m);
-    const int vec8 = head_dim % 8 == 0 && ((uintptr_t)k_cache & 31) == 0;
+    const bool v4 = head_dim % 4 == 0 && head_dim_v % 4 == 0 && ((uintptr_t)k_cache & 15) == 0 &&
+                   ((uintptr_t)v_cache & 15) == 0;
+    const int dc = (int)(NM_MAX(head_dim, head_dim_v) + 127) / 128;
     if (kv_type == DTYPE_F32)
-        cuk_launch(c, "attention", attn_kernel<float>, grid, ATT_T, 0, out, ldo, q, (const float *)k_cache,
-                   (const float *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v,
-                   scale, vec8);
+        attn_rows_launch(c, dc, v4, grid, out, ldo, q, (const float *)k_cache, (const float *)v_cache, k_row, v_row,
+                         pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8, m);
     else
-        cuk_launch(c, "attention", attn_kernel<__half>, grid, ATT_T, 0, out, ldo, q, (const __half *)k_cache,
-                   (const __half *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v,
-                   scale, vec8);
+        attn_rows_launch(c, dc, v4, grid, out, ldo, q, (const __half *)k_cache, (const __half *)v_cache, k_row, v_row,
+                         pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8, m);
 }
 
 extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                               const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
                               int64_t head_dim, int64_t head_dim_v, float scale) {
     attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, pos0, NULL, n_head, n_head_kv, head_dim, head_dim_v,
-                     scale);
+                     scale, NULL);
 }
 
 extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                                  const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head,
-                                 int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale) {
+                                 int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) {
     NM_ASSERT(rows);
     attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, 0, rows, n_head, n_head_kv, head_dim, head_dim_v,
-                     scale);
+                     scale, out_q8);
 }
 
 extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,

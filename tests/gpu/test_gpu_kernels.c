@@ -580,6 +580,9 @@ static void test_attention(krng *r) {
     struct { int n_head, n_head_kv; int64_t hd, hdv; int m; int64_t pos0; enum dtype kv; } cases[] = {
         {4, 2, 64, 64, 1, 0, DTYPE_F16},   {6, 2, 64, 64, 5, 300, DTYPE_F16}, {6, 2, 128, 128, 3, 520, DTYPE_F32},
         {2, 1, 80, 96, 9, 7, DTYPE_F32},   {8, 8, 256, 256, 2, 40, DTYPE_F16}, {14, 2, 64, 64, 16, 0, DTYPE_F16},
+        /* decode rows: head dims not a multiple of 4 (scalar loads), a head of one and a half
+         * 128-value chunks, K and V of different lengths */
+        {3, 1, 66, 66, 2, 260, DTYPE_F16},  {4, 2, 192, 128, 1, 10, DTYPE_F32}, {4, 2, 128, 320, 3, 600, DTYPE_F16},
         /* prompt chunks (tensor cores where the device has them): rows across several blocks of
          * 64 and warps of 16 with a partial last one, positions across several tiles of 64 */
         {8, 2, 128, 128, 100, 37, DTYPE_F16}, {14, 2, 64, 64, 70, 0, DTYPE_F16}, {4, 4, 128, 128, 9, 200, DTYPE_F16},
@@ -641,11 +644,27 @@ static void test_attention(krng *r) {
             void *dk2 = dev_from(kc2, (off + n_kv) * kr * es), *dv2 = dev_from(vc2, (off + n_kv) * vr * es);
             int64_t *drows = dev_from(rows, (size_t)m * 2 * sizeof(int64_t));
             float *got2 = malloc(m * ldo * sizeof(float));
-            cuk_attention_at(g_ctx, dout, ldo, dq, dk2, dv2, cases[ci].kv, m, drows, nh, nkv, hd, hdv, scale);
+            /* where a head holds whole q8 blocks, the launch also writes the output's q8: the
+             * bytes cuk_quantize_q8 gives from the f32 output */
+            const size_t q8b = cuk_q8_bytes(m, nh * hdv);
+            void *dq8 = hdv % 32 == 0 ? cuk_malloc(g_ctx, q8b, "q8", NULL, 0) : NULL;
+            cuk_attention_at(g_ctx, dout, ldo, dq, dk2, dv2, cases[ci].kv, m, drows, nh, nkv, hd, hdv, scale, dq8);
             to_host(got2, dout, m * ldo * sizeof(float));
             if (tc) check_close(got2, want, m * ldo, 5e-5, what);
             else if (memcmp(got2, got, m * ldo * sizeof(float)) != 0)
                 ktest_fail("%s: attention_at differs from attention", what);
+            if (dq8) {
+                void *dq8ref = cuk_malloc(g_ctx, q8b, "q8", NULL, 0);
+                cuk_quantize_q8(g_ctx, dq8ref, dout, ldo, m, nh * hdv);
+                uint8_t *a = malloc(q8b), *b = malloc(q8b);
+                to_host(a, dq8, q8b);
+                to_host(b, dq8ref, q8b);
+                if (memcmp(a, b, q8b) != 0) ktest_fail("%s: attention_at's q8 output differs from cuk_quantize_q8", what);
+                free(a);
+                free(b);
+                cuk_free(dq8);
+                cuk_free(dq8ref);
+            }
             free(got2);
             free(rows);
             free(big);
