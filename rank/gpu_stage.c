@@ -390,7 +390,9 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                                                         B * (s->n_expert + nu * (E + 2)) +
                                                         (int64_t)s->logit_rows * c->n_vocab + n_ctx * c->n_rot) +
                              cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes +
-                             sizeof(float) * (uint64_t)B * (uint64_t)NM_MAX(max_k, ff_rows);
+                             sizeof(float) * (uint64_t)B * (uint64_t)NM_MAX(max_k, ff_rows) +
+                             (sizeof(float) * CUK_ATT_MAX_SPLITS * (uint64_t)(c->head_dim_v + 2) + sizeof(int)) *
+                                 CUK_GEMV_MAX_ROWS * (uint64_t)c->n_head;
     uint64_t fr, tot;
     cuk_mem_info(s->ctx, &fr, &tot);
     const uint64_t need = s->wbuf_bytes + s->kv_bytes + scratch;
@@ -467,6 +469,10 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
         if (!s->topk_scratch) st = NM_ERR_NOMEM;
     }
     if (!st && cuk_ctx_reserve_gemm(s->ctx, s->n_batch, max_k, tile_bytes, err, errlen)) st = NM_ERR_NOMEM;
+    /* a decode row's attention over spans of its positions, taken by several blocks at once */
+    if (!st && cuk_ctx_reserve_attention(s->ctx, CUK_GEMV_MAX_ROWS, (int)c->n_head, c->head_dim_v, s->n_ctx_seq, err,
+                                         errlen))
+        st = NM_ERR_NOMEM;
     if (st) goto fail;
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");

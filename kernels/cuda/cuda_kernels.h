@@ -67,6 +67,14 @@ void cuk_ctx_free(struct cuk_ctx *c);
  * tile of tile_bytes. Returns 0, or -1 with a message naming the size when memory is short. */
 int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max_k, size_t tile_bytes, char *why,
                          size_t whylen);
+/* Let cuk_attention_at split a row's positions into spans taken by several blocks (up to
+ * CUK_ATT_MAX_SPLITS, each at least 256 positions: a context of n_ctx positions decides how many)
+ * for up to max_rows rows per launch of n_head heads of head_dim_v: the scratch for their partial
+ * results. Without it (or n_ctx <= 256) one block takes all of a row's positions. Returns 0, or
+ * -1 with a message when memory is short. */
+#define CUK_ATT_MAX_SPLITS 16
+int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx,
+                              char *why, size_t whylen);
 /* Device bytes free and total right now. */
 void cuk_mem_info(struct cuk_ctx *c, uint64_t *free_bytes, uint64_t *total_bytes);
 

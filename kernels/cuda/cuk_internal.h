@@ -49,6 +49,13 @@ struct cuk_ctx {
     int64_t max_k;
     void *tile;        /* dequantized weight rows, f16 */
     size_t tile_bytes;
+    /* Decode attention over spans of positions (cuk_ctx_reserve_attention): partial results of
+     * up to att_rows rows x att_heads heads x att_splits spans of head_dim_v <= att_hdv, and a
+     * count per (row, head). */
+    float *att_scratch;
+    int *att_cnt;
+    int att_rows, att_heads, att_splits;
+    int64_t att_hdv;
     /* Small pinned staging for cuk_topk. */
     int32_t *pin_ids;
     float *pin_vals;

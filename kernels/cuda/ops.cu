@@ -215,29 +215,43 @@ __device__ __forceinline__ void kv_rows(const KT *base, int64_t stride, int j0, 
     }
 }
 
-/* One (query head, row) per block. Positions in tiles of ATT_T: warp w takes positions w, w +
- * ATT_WARPS, ... of a tile, 8 / DC at a time (their K rows are loaded together, each lane holding
- * 4 of every 128 dimensions, so a row is one coalesced read), and scores them with a shuffle sum;
- * the tile's softmax numerators are rescaled online against the running max; then the same warp
- * adds its positions' V rows into its lanes' output dimensions. At the end the warps' partial
- * outputs are added in warp order (the same bits every run). Row i is at position pos0 + i of a
- * sequence whose positions start at cache row 0, or when rows is not NULL at position rows[2i]
- * of one starting at cache row rows[2i + 1] (read when the kernel runs: a graph replays it).
+/* One (query head, row) per block, or with splits (gridDim.z > 1) a contiguous span of its
+ * positions per block. Positions in tiles of ATT_T: warp w takes positions w, w + ATT_WARPS, ... of
+ * a tile, 8 / DC at a time (their K rows are loaded together, each lane holding 4 of every 128
+ * dimensions, so a row is one coalesced read), and scores them with a shuffle sum; the tile's
+ * softmax numerators are rescaled online against the running max; then the same warp adds its
+ * positions' V rows into its lanes' output dimensions. At the end the warps' partial outputs are
+ * added in warp order (the same bits every run). Row i is at position pos0 + i of a sequence
+ * whose positions start at cache row 0, or when rows is not NULL at position rows[2i] of one
+ * starting at cache row rows[2i + 1] (read when the kernel runs: a graph replays it).
+ * Splits: a row of n_kv positions takes spans of whole tiles, at least one tile each and as many
+ * spans (up to gridDim.z) as that allows, so the split depends on the row's position alone; a
+ * row of one span is written as without splits. Otherwise each span's block leaves its running
+ * max, sum and unnormalized output in scratch and counts itself in cnt; the last of them adds
+ * the spans in span order (the same bits whichever finished last) and resets the count.
  * V4: the rows allow vector loads (head dims multiples of 4, aligned caches). DC: 128-value
  * chunks of the longer head (of K or V). */
 template <typename KT, int DC, bool V4>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
                 const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows,
-                int n_head, int group, int hd, int hdv, float scale, int8_t *oq, cuk_q8s *os) {
+                int n_head, int group, int hd, int hdv, float scale, int8_t *oq, cuk_q8s *os, float *scratch,
+                int *cnt) {
     constexpr int ATT_U = 8 / DC; /* positions a warp loads at once: 8 loads in flight per lane */
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
     __shared__ float part[ATT_WARPS][DC * 128];
+    __shared__ int last;
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const int h = blockIdx.x, i = blockIdx.y, hk = h / group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t pos = rows ? rows[2 * i] : pos0 + i, base = rows ? rows[2 * i + 1] : 0;
+    const int64_t n_kv = pos + 1, n_spans = gridDim.z;
+    const int64_t per = (n_kv + n_spans - 1) / n_spans;
+    const int64_t span = NM_MAX((int64_t)ATT_T, (per + ATT_T - 1) / ATT_T * ATT_T);
+    const int n_split = (int)((n_kv + span - 1) / span), z = blockIdx.z;
+    if (z >= n_split) return; /* (uniform across the block) */
+    const int64_t t_begin = z * span, t_end = NM_MIN(n_kv, t_begin + span);
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
     float qv[DC][4], acc[DC][4] = {};
 #pragma unroll
@@ -247,11 +261,10 @@ __global__ void __launch_bounds__(ATT_T)
             const int d = c * 128 + lane * 4 + j;
             qv[c][j] = d < hd ? qh[d] : 0.0f;
         }
-    const int64_t n_kv = pos + 1;
     const KT *k0 = kc + base * k_row + (int64_t)hk * hd, *v0 = vc + base * v_row + (int64_t)hk * hdv;
     float m_run = -INFINITY, l_run = 0.0f;
-    for (int64_t t0 = 0; t0 < n_kv; t0 += ATT_T) {
-        const int tl = (int)NM_MIN((int64_t)ATT_T, n_kv - t0);
+    for (int64_t t0 = t_begin; t0 < t_end; t0 += ATT_T) {
+        const int tl = (int)NM_MIN((int64_t)ATT_T, t_end - t0);
         for (int j0 = warp; j0 < tl; j0 += ATT_WARPS * ATT_U) {
             float kv[ATT_U][DC][4];
             kv_rows<KT, DC, V4>(k0 + t0 * k_row, k_row, j0, tl, hd, lane, kv);
@@ -304,26 +317,54 @@ __global__ void __launch_bounds__(ATT_T)
             if (d < hdv) part[warp][d] = acc[c][j];
         }
     __syncthreads();
-    const float inv = 1.0f / l_run;
+    for (int d = threadIdx.x; d < hdv; d += ATT_T) { /* the warps' sums, in warp order, into part[0] */
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < ATT_WARPS; w++) sum += part[w][d];
+        part[0][d] = sum;
+    }
+    float inv = 1.0f / l_run;
+    if (n_split > 1) {
+        const int64_t cell = (int64_t)i * n_head + h, stride = hdv + 2;
+        float *mine = scratch + (cell * n_spans + z) * stride;
+        for (int d = threadIdx.x; d < hdv; d += ATT_T) mine[2 + d] = part[0][d];
+        if (threadIdx.x == 0) {
+            mine[0] = m_run;
+            mine[1] = l_run;
+        }
+        __threadfence(); /* the partials are visible before the count says so */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            last = atomicAdd(&cnt[cell], 1) == n_split - 1;
+            if (last) cnt[cell] = 0; /* every span has counted: ready for the next launch */
+        }
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        const float *sp = scratch + cell * n_spans * stride;
+        float mx = -INFINITY, l = 0.0f;
+        for (int zz = 0; zz < n_split; zz++) mx = fmaxf(mx, __ldcg(sp + zz * stride));
+        for (int zz = 0; zz < n_split; zz++) l += __ldcg(sp + zz * stride + 1) * expf(__ldcg(sp + zz * stride) - mx);
+        for (int d = threadIdx.x; d < hdv; d += ATT_T) {
+            float a = 0.0f;
+            for (int zz = 0; zz < n_split; zz++)
+                a += __ldcg(sp + zz * stride + 2 + d) * expf(__ldcg(sp + zz * stride) - mx);
+            part[0][d] = a;
+        }
+        inv = 1.0f / l;
+    }
+    __syncthreads();
     if (oq) { /* a warp per 32 output values, their q8 block as cuk_quantize_q8 writes it */
         const int64_t k = (int64_t)n_head * hdv;
         for (int d0 = warp * 32; d0 < hdv; d0 += ATT_T) {
-            float sum = 0.0f;
-#pragma unroll
-            for (int w = 0; w < ATT_WARPS; w++) sum += part[w][d0 + lane];
-            const float o = sum * inv;
+            const float o = part[0][d0 + lane] * inv;
             out[(int64_t)i * ldo + (int64_t)h * hdv + d0 + lane] = o;
             const int64_t e = (int64_t)i * k + (int64_t)h * hdv + d0;
             cuk_q8_warp_store(o, oq + e, os + e / 32);
         }
         return;
     }
-    for (int d = threadIdx.x; d < hdv; d += ATT_T) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int w = 0; w < ATT_WARPS; w++) sum += part[w][d];
-        out[(int64_t)i * ldo + (int64_t)h * hdv + d] = sum * inv;
-    }
+    for (int d = threadIdx.x; d < hdv; d += ATT_T) out[(int64_t)i * ldo + (int64_t)h * hdv + d] = part[0][d] * inv;
 }
 
 /* ---- prompt attention on tensor cores ------------------------------------------------------
@@ -758,18 +799,25 @@ extern "C" bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type
            (head_dim == 64 || head_dim == 128);
 }
 
-/* attn_kernel with the fewest 128-value chunks that hold a head (dc of them) */
+/* attn_kernel with the fewest 128-value chunks that hold a head (dc of them), for m rows in
+ * launches of at most rows_per rows, each row's positions in up to `splits` spans */
 template <typename KT>
-static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, dim3 grid, float *out, int64_t ldo, const float *q,
-                             const KT *k_cache, const KT *v_cache, int64_t k_row, int64_t v_row, int64_t pos0,
-                             const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, void *out_q8,
-                             int m) {
-    int8_t *oq = (int8_t *)out_q8;
-    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, (int64_t)n_head * hdv)) : NULL;
+static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, int m, int rows_per, int splits, float *out,
+                             int64_t ldo, const float *q, const KT *k_cache, const KT *v_cache, int64_t k_row,
+                             int64_t v_row, int64_t pos0, const int64_t *rows, int n_head, int group, int hd, int hdv,
+                             float scale, void *out_q8) {
     auto kern = v4 ? (dc == 1 ? attn_kernel<KT, 1, true> : dc == 2 ? attn_kernel<KT, 2, true> : attn_kernel<KT, 4, true>)
                    : (dc == 1 ? attn_kernel<KT, 1, false> : dc == 2 ? attn_kernel<KT, 2, false> : attn_kernel<KT, 4, false>);
-    cuk_launch(c, "attention", kern, grid, ATT_T, 0, out, ldo, q, k_cache, v_cache, k_row, v_row, pos0, rows, n_head,
-               group, hd, hdv, scale, oq, os);
+    const int64_t k = (int64_t)n_head * hdv;
+    int8_t *oq = (int8_t *)out_q8;
+    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, k)) : NULL;
+    for (int r0 = 0; r0 < m; r0 += rows_per) {
+        const int mr = NM_MIN(rows_per, m - r0);
+        const dim3 grid((unsigned)n_head, (unsigned)mr, (unsigned)splits);
+        cuk_launch(c, "attention", kern, grid, ATT_T, 0, out + r0 * ldo, ldo, q + (int64_t)r0 * n_head * hd, k_cache,
+                   v_cache, k_row, v_row, pos0 + r0, rows ? rows + 2 * r0 : NULL, n_head, group, hd, hdv, scale,
+                   oq ? oq + r0 * k : NULL, oq ? os + r0 * (k / 32) : NULL, c->att_scratch, c->att_cnt);
+    }
 }
 
 static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
@@ -788,16 +836,43 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
                    (const __half *)v_cache, k_row, v_row, pos0, m, n_head, group, scale);
         return;
     }
-    const dim3 grid((unsigned)n_head, (unsigned)m);
+    /* rows in device memory (decode) take spans of positions where the context has room for them */
+    const bool split = rows && c->att_splits > 1 && n_head <= c->att_heads && head_dim_v <= c->att_hdv;
+    const int rows_per = split ? c->att_rows : m, splits = split ? c->att_splits : 1;
     const bool v4 = head_dim % 4 == 0 && head_dim_v % 4 == 0 && ((uintptr_t)k_cache & 15) == 0 &&
                    ((uintptr_t)v_cache & 15) == 0;
     const int dc = (int)(NM_MAX(head_dim, head_dim_v) + 127) / 128;
     if (kv_type == DTYPE_F32)
-        attn_rows_launch(c, dc, v4, grid, out, ldo, q, (const float *)k_cache, (const float *)v_cache, k_row, v_row,
-                         pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8, m);
+        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, (const float *)k_cache, (const float *)v_cache,
+                         k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8);
     else
-        attn_rows_launch(c, dc, v4, grid, out, ldo, q, (const __half *)k_cache, (const __half *)v_cache, k_row, v_row,
-                         pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8, m);
+        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, (const __half *)k_cache,
+                         (const __half *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim,
+                         (int)head_dim_v, scale, out_q8);
+}
+
+extern "C" int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_head, int64_t head_dim_v,
+                                         int64_t n_ctx, char *why, size_t whylen) {
+    cudaFree(c->att_scratch);
+    cudaFree(c->att_cnt);
+    c->att_scratch = NULL;
+    c->att_cnt = NULL;
+    c->att_rows = c->att_heads = c->att_splits = 0;
+    c->att_hdv = 0;
+    const int splits = (int)NM_MIN((int64_t)CUK_ATT_MAX_SPLITS, (n_ctx + ATT_T - 1) / ATT_T);
+    if (splits < 2 || max_rows < 1) return 0;
+    const size_t cells = (size_t)max_rows * (size_t)n_head;
+    c->att_scratch = (float *)cuk_malloc(c, cells * splits * (size_t)(head_dim_v + 2) * sizeof(float),
+                                         "attention spans scratch", why, whylen);
+    if (!c->att_scratch) return -1;
+    c->att_cnt = (int *)cuk_malloc(c, cells * sizeof(int), "attention spans counters", why, whylen);
+    if (!c->att_cnt) return -1;
+    CUK_CHECK(cudaMemset(c->att_cnt, 0, cells * sizeof(int)), "clearing the attention span counters");
+    c->att_rows = max_rows;
+    c->att_heads = n_head;
+    c->att_hdv = head_dim_v;
+    c->att_splits = splits;
+    return 0;
 }
 
 extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,

@@ -98,6 +98,8 @@ extern "C" void cuk_ctx_free(struct cuk_ctx *c) {
     cudaStreamSynchronize(c->stream);
     cudaFree(c->act16);
     cudaFree(c->tile);
+    cudaFree(c->att_scratch);
+    cudaFree(c->att_cnt);
     cudaFree(c->dev_pen);
     cudaFreeHost(c->pin_ids);
     cudaFreeHost(c->pin_vals);

@@ -576,6 +576,78 @@ static void test_norm_rope(krng *r) {
     printf("norm_rope: %zu cases checked\n", NM_ARRAY_LEN(cases));
 }
 
+/* Decode rows whose positions are split into spans (cuk_ctx_reserve_attention): rows of one
+ * sequence at positions on both sides of the span sizes, in launches of fewer rows than the
+ * call's, against the plain-C reference; the q8 output against cuk_quantize_q8's; a second call
+ * gives the same bits (the span counts reset themselves, the spans are added in a fixed order). */
+static void test_attention_spans(krng *r) {
+    const int nh = 8, nkv = 2, m = 7;
+    const int64_t hd = 128, hdv = 128, n_kv = 3001, kr = nkv * hd, vr = nkv * hdv, es = 2, ldo = nh * hdv;
+    const int64_t pos[7] = {0, 255, 256, 511, 700, 2047, 3000};
+    char why[256];
+    if (cuk_ctx_reserve_attention(g_ctx, 3, nh, hdv, 4096, why, sizeof why)) {
+        ktest_fail("reserving attention spans: %s", why);
+        return;
+    }
+    float *kf = malloc(n_kv * kr * sizeof(float)), *vf = malloc(n_kv * vr * sizeof(float)),
+          *q = malloc(m * nh * hd * sizeof(float)), *scratch = malloc(n_kv * sizeof(float));
+    krng_acts(r, kf, n_kv * kr);
+    krng_acts(r, vf, n_kv * vr);
+    krng_acts(r, q, m * nh * hd);
+    for (int64_t i = 0; i < m * nh * hd; i++) q[i] *= 0.05f;
+    uint8_t *kc = malloc(n_kv * kr * es), *vc = malloc(n_kv * vr * es);
+    op_store_kv(kc, kf, n_kv * kr, DTYPE_F16);
+    op_store_kv(vc, vf, n_kv * vr, DTYPE_F16);
+    float *want = calloc(m * ldo, sizeof(float)), *got = malloc(m * ldo * sizeof(float)),
+          *again = malloc(m * ldo * sizeof(float));
+    int64_t rows[14];
+    for (int i = 0; i < m; i++) {
+        rows[2 * i] = pos[i];
+        rows[2 * i + 1] = 0;
+        for (int h = 0; h < nh; h++)
+            op_attention_head_ref(want + i * ldo + h * hdv, q + (i * nh + h) * hd, kc + h / (nh / nkv) * hd * es,
+                                  vc + h / (nh / nkv) * hdv * es, DTYPE_F16, pos[i] + 1, kr, vr, hd, hdv,
+                                  1.0f / sqrtf((float)hd), scratch);
+    }
+    void *dk = dev_from(kc, n_kv * kr * es), *dv = dev_from(vc, n_kv * vr * es);
+    float *dq = dev_from(q, m * nh * hd * sizeof(float)), *dout = dev_from(want, m * ldo * sizeof(float));
+    int64_t *drows = dev_from(rows, sizeof rows);
+    const size_t q8b = cuk_q8_bytes(m, nh * hdv);
+    void *dq8 = cuk_malloc(g_ctx, q8b, "q8", NULL, 0), *dq8ref = cuk_malloc(g_ctx, q8b, "q8", NULL, 0);
+    const float scale = 1.0f / sqrtf((float)hd);
+    cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, dq8);
+    to_host(got, dout, m * ldo * sizeof(float));
+    check_close(got, want, m * ldo, 5e-5, "attention over spans (positions up to 3000, launches of 3 rows)");
+    cuk_quantize_q8(g_ctx, dq8ref, dout, ldo, m, nh * hdv);
+    uint8_t *a = malloc(q8b), *b = malloc(q8b);
+    to_host(a, dq8, q8b);
+    to_host(b, dq8ref, q8b);
+    if (memcmp(a, b, q8b) != 0) ktest_fail("attention over spans: its q8 output differs from cuk_quantize_q8");
+    cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, NULL);
+    to_host(again, dout, m * ldo * sizeof(float));
+    if (memcmp(again, got, m * ldo * sizeof(float)) != 0) ktest_fail("attention over spans: a second call differs");
+    printf("attention over spans: %d rows checked\n", m);
+    cuk_ctx_reserve_attention(g_ctx, 0, 0, 0, 0, why, sizeof why); /* back to one block per row */
+    free(a);
+    free(b);
+    cuk_free(dq8);
+    cuk_free(dq8ref);
+    cuk_free(dk);
+    cuk_free(dv);
+    cuk_free(dq);
+    cuk_free(dout);
+    cuk_free(drows);
+    free(kf);
+    free(vf);
+    free(q);
+    free(scratch);
+    free(kc);
+    free(vc);
+    free(want);
+    free(got);
+    free(again);
+}
+
 static void test_attention(krng *r) {
     struct { int n_head, n_head_kv; int64_t hd, hdv; int m; int64_t pos0; enum dtype kv; } cases[] = {
         {4, 2, 64, 64, 1, 0, DTYPE_F16},   {6, 2, 64, 64, 5, 300, DTYPE_F16}, {6, 2, 128, 128, 3, 520, DTYPE_F32},
@@ -832,6 +904,7 @@ int main(int argc, char **argv) {
     test_rope_store(&r);
     test_norm_rope(&r);
     test_attention(&r);
+    test_attention_spans(&r);
     test_moe(&r);
     test_topk(&r);
     cuk_ctx_free(g_ctx);
