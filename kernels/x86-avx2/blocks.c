@@ -3,9 +3,9 @@
  * ran them in plain C. A tile is 8 weight rows (one per f32 lane) x up to BLK_ROWS activation
  * rows: each 32-value sub-block of the 8 rows is decoded once per tile into block.h's form (32
  * int8 codes, a scale and an offset per half) and dotted with each activation row through
- * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, IQ4_NL and IQ4_XS decode in registers (nibbles by AND and
- * shift, fifth bits by a byte shuffle and compare, the IQ4 codebook by vpshufb); the
- * others through the type's own plain-C decoder (block_codec.decode32, the one the references
+ * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS decode in registers (nibbles
+ * and 2-bit codes by AND and shift, fifth and high bits by a byte shuffle or mask and compare,
+ * the IQ4 codebook by vpshufb); the others through the type's own plain-C decoder (block_codec.decode32, the one the references
  * use), which is then the cost. The float arithmetic per sub-block is block_vec_dot_ref's, term
  * for term and in the same order, one weight row per lane (this file is built with
  * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
@@ -17,6 +17,8 @@
 #include "../blocks/block.h"
 #include "../blocks/iq4_nl.h"
 #include "../blocks/iq4_xs.h"
+#include "../blocks/q2_k.h"
+#include "../blocks/q3_k.h"
 #include "../blocks/q5_0.h"
 #include "../blocks/q5_1.h"
 #include "../quant.h"
@@ -45,6 +47,13 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
     return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
+/* The 2-bit codes of sub-block j of a Q2_K/Q3_K block: bits 2(j % 4) .. +1 of the 32 bytes at
+ * qs + 32 (j / 4) (a 16-bit shift moves each byte's bits down within the byte's low 2 bits' reach). */
+NM_INLINE __m256i k_low2(const uint8_t *qs, int j) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 4)));
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (j % 4))), _mm256_set1_epi8(3));
 }
 
 /* The codebook values of 32 IQ4_NL indices (16 bytes at qs: low nibbles first), by vpshufb. */
@@ -85,6 +94,30 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         *q = iq4nl_codes(b->qs + 16 * j);
         d[0] = d[1] = _cvtsh_ss(b->d) * (float)(iq4_xs_scale6(b, j) - 32);
         m[0] = m[1] = -0.0f;
+        return;
+    }
+    case DTYPE_Q2_K: { /* q2_k_decode32: code, scales d * sc and offsets -(dmin * mn) per half */
+        const block_q2_K *b = (const block_q2_K *)blk;
+        *q = k_low2(b->qs, j);
+        const float dd = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t sc = b->scales[2 * j + h];
+            d[h] = dd * (float)(sc & 0xF);
+            m[h] = -(dmin * (float)(sc >> 4));
+        }
+        return;
+    }
+    case DTYPE_Q3_K: { /* q3_k_decode32: low - 4 where bit j of hmask is clear, d * (k6 - 32) */
+        const block_q3_K *b = (const block_q3_K *)blk;
+        const __m256i bit = _mm256_set1_epi8((char)(1 << j));
+        const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit),
+                                                _mm256_setzero_si256());
+        *q = _mm256_sub_epi8(k_low2(b->qs, j), _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+        const float dd = _cvtsh_ss(b->d);
+        for (int h = 0; h < 2; h++) {
+            d[h] = dd * (float)(q3_k_scale6(b->scales, 2 * j + h) - 32);
+            m[h] = -0.0f;
+        }
         return;
     }
     default: {
