@@ -5,8 +5,10 @@
  * int8 codes, a scale and an offset per half) and dotted with each activation row through
  * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS decode in registers (nibbles
  * and 2-bit codes by AND and shift, fifth and high bits by a byte shuffle or mask and compare,
- * the IQ4 codebook by vpshufb); the others through the type's own plain-C decoder (block_codec.decode32, the one the references
- * use), which is then the cost. The float arithmetic per sub-block is block_vec_dot_ref's, term
+ * the IQ4 codebook by vpshufb); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
+ * entries per sub-block by scalar loads and their 32 signs by a byte shuffle and compare, IQ1_S
+ * and IQ1_M their grid entries the same way; block_codec.decode32 (the plain-C decoder the
+ * references use) is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
  * for term and in the same order, one weight row per lane (this file is built with
  * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
  * activation row) result has the reference's bits, in any tile (test_kernels_fast). */
@@ -15,6 +17,13 @@
 
 #include "../base.h"
 #include "../blocks/block.h"
+#include "../blocks/iq1_m.h"
+#include "../blocks/iq1_s.h"
+#include "../blocks/iq2_s.h"
+#include "../blocks/iq2_xs.h"
+#include "../blocks/iq2_xxs.h"
+#include "../blocks/iq3_s.h"
+#include "../blocks/iq3_xxs.h"
 #include "../blocks/iq4_nl.h"
 #include "../blocks/iq4_xs.h"
 #include "../blocks/q2_k.h"
@@ -35,18 +44,35 @@ NM_INLINE __m256i nibbles32(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
 }
 
-/* The 32 codes of a Q5_0/Q5_1 block in natural order: its nibbles at qs, fifth bits in qh (bit
- * l: value l). */
-NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
-    const __m256i nib = nibbles32(qs);
-    uint32_t qh;
-    memcpy(&qh, qh4, 4);
-    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+/* 0xFF in byte c where bit c of w is set, else 0. */
+NM_INLINE __m256i bits_to_bytes(uint32_t w) {
+    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
                                             _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
                                                              2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
-    return _mm256_or_si256(nib, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
+}
+
+/* The 32 codes of a Q5_0/Q5_1 block in natural order: its nibbles at qs, fifth bits in qh (bit
+ * l: value l). */
+NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
+    uint32_t qh;
+    memcpy(&qh, qh4, 4);
+    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+}
+
+/* IQ1_S/IQ1_M's 32 codes 8 g + delta (iq1_code) from the grid bytes g (-1, 0, 1) of 4 groups
+ * and the deltas per byte (a 16-bit shift by 3, the bits it carries across bytes masked off). */
+NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)g);
+    return _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(v, 3), _mm256_set1_epi8((char)0xF8)), delta);
+}
+
+/* The IQ grid types' 32 codes: the grid magnitudes of 4 groups of 8 (g[l], byte c = value 8l + c)
+ * negated where bit 8l + c of sg is set (iq_signed). */
+NM_INLINE __m256i iq_codes(const uint64_t g[4], uint32_t sg) {
+    const __m256i v = _mm256_loadu_si256((const __m256i *)g), neg = bits_to_bytes(sg);
+    return _mm256_sub_epi8(_mm256_xor_si256(v, neg), neg);
 }
 
 /* The 2-bit codes of sub-block j of a Q2_K/Q3_K block: bits 2(j % 4) .. +1 of the 32 bytes at
@@ -118,6 +144,110 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
             d[h] = dd * (float)(q3_k_scale6(b->scales, 2 * j + h) - 32);
             m[h] = -0.0f;
         }
+        return;
+    }
+    case DTYPE_IQ2_XXS: { /* iq2_xxs_decode32 */
+        const block_iq2_xxs *b = (const block_iq2_xxs *)blk;
+        const uint8_t *p = (const uint8_t *)b->qs + 8 * j;
+        uint32_t w;
+        memcpy(&w, p + 4, 4);
+        uint64_t g[4];
+        uint32_t sg = 0;
+        for (int l = 0; l < 4; l++) {
+            g[l] = iq_grid_iq2xxs[p[l]];
+            sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
+        }
+        *q = iq_codes(g, sg);
+        d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ2_XS: { /* iq2_xs_decode32 */
+        const block_iq2_xs *b = (const block_iq2_xs *)blk;
+        uint64_t g[4];
+        uint32_t sg = 0;
+        for (int l = 0; l < 4; l++) {
+            const uint32_t v = b->qs[4 * j + l];
+            g[l] = iq_grid_iq2xs[v & 511u];
+            sg |= iq_sign_byte(v >> 9) << (8 * l);
+        }
+        *q = iq_codes(g, sg);
+        const float dd = _cvtsh_ss(b->d);
+        d[0] = dd * (0.5f + (float)(b->scales[j] & 0xF)) * 0.25f;
+        d[1] = dd * (0.5f + (float)(b->scales[j] >> 4)) * 0.25f;
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ2_S: { /* iq2_s_decode32 */
+        const block_iq2_s *b = (const block_iq2_s *)blk;
+        uint64_t g[4];
+        for (int l = 0; l < 4; l++)
+            g[l] = iq_grid_iq2s[(uint32_t)b->qs[4 * j + l] | ((uint32_t)(b->qh[j] >> (2 * l)) & 3u) << 8];
+        uint32_t sg;
+        memcpy(&sg, b->qs + QK_IQ2_S / 8 + 4 * j, 4);
+        *q = iq_codes(g, sg);
+        const float dd = _cvtsh_ss(b->d);
+        d[0] = dd * (0.5f + (float)(b->scales[j] & 0xF)) * 0.25f;
+        d[1] = dd * (0.5f + (float)(b->scales[j] >> 4)) * 0.25f;
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ3_XXS: { /* iq3_xxs_decode32 */
+        const block_iq3_xxs *b = (const block_iq3_xxs *)blk;
+        const uint8_t *idx = b->qs + 8 * j;
+        uint32_t w;
+        memcpy(&w, b->qs + QK_IQ3_XXS / 4 + 4 * j, 4);
+        uint64_t g[4];
+        uint32_t sg = 0;
+        for (int l = 0; l < 4; l++) {
+            g[l] = (uint64_t)iq_grid_iq3xxs[idx[2 * l]] | (uint64_t)iq_grid_iq3xxs[idx[2 * l + 1]] << 32;
+            sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
+        }
+        *q = iq_codes(g, sg);
+        d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.5f;
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ3_S: { /* iq3_s_decode32 */
+        const block_iq3_s *b = (const block_iq3_s *)blk;
+        uint64_t g[4];
+        for (int l = 0; l < 4; l++) {
+            const uint32_t i0 = (uint32_t)b->qs[8 * j + 2 * l] | ((uint32_t)(b->qh[j] >> (2 * l)) & 1u) << 8;
+            const uint32_t i1 = (uint32_t)b->qs[8 * j + 2 * l + 1] | ((uint32_t)(b->qh[j] >> (2 * l + 1)) & 1u) << 8;
+            g[l] = (uint64_t)iq_grid_iq3s[i0] | (uint64_t)iq_grid_iq3s[i1] << 32;
+        }
+        uint32_t sg;
+        memcpy(&sg, b->signs + 4 * j, 4);
+        *q = iq_codes(g, sg);
+        const uint32_t sc = (uint32_t)(b->scales[j / 2] >> (4 * (j % 2))) & 0xFu;
+        d[0] = d[1] = _cvtsh_ss(b->d) * (float)(1u + 2u * sc);
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ1_S: { /* iq1_s_decode32: 8 g + delta, delta -1 or +1 for the sub-block */
+        const block_iq1_s *b = (const block_iq1_s *)blk;
+        const uint32_t w = b->qh[j];
+        uint64_t g[4];
+        for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
+        *q = iq1_codes(g, _mm256_set1_epi8((w >> 15) ? -1 : 1));
+        const float dl = _cvtsh_ss(b->d) * (float)(2u * ((w >> 12) & 7u) + 1u);
+        d[0] = d[1] = dl * 0.125f;
+        m[0] = m[1] = IQ_NO_OFFSET;
+        return;
+    }
+    case DTYPE_IQ1_M: { /* iq1_m_decode32: 8 g + delta, delta -1 or +1 per group of 8 */
+        const block_iq1_m *b = (const block_iq1_m *)blk;
+        uint64_t g[4], dl[4];
+        for (int l = 0; l < 4; l++) {
+            const uint32_t nib = (uint32_t)(b->qh[2 * j + l / 2] >> (4 * (l % 2))) & 0xFu;
+            g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | (nib & 7u) << 8];
+            dl[l] = (nib >> 3) ? ~0ull : 0x0101010101010101ull;
+        }
+        *q = iq1_codes(g, _mm256_loadu_si256((const __m256i *)dl));
+        const float dd = _cvtsh_ss(iq1_m_d_bits(b));
+        const uint32_t sc = iq1_m_sc(b, j / 2) >> (6 * (j % 2));
+        for (int h = 0; h < 2; h++) d[h] = dd * (float)(2u * ((sc >> (3 * h)) & 7u) + 1u) * 0.125f;
+        m[0] = m[1] = IQ_NO_OFFSET;
         return;
     }
     default: {
