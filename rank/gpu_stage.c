@@ -391,8 +391,8 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                                                         (int64_t)s->logit_rows * c->n_vocab + n_ctx * c->n_rot) +
                              cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes +
                              sizeof(float) * (uint64_t)B * (uint64_t)NM_MAX(max_k, ff_rows) +
-                             (sizeof(float) * CUK_ATT_MAX_SPLITS * (uint64_t)(c->head_dim_v + 2) + sizeof(int)) *
-                                 CUK_GEMV_MAX_ROWS * (uint64_t)c->n_head;
+                             cuk_attention_scratch_bytes(CUK_GEMV_MAX_ROWS, (int)c->n_head, c->head_dim_v,
+                                                         s->n_ctx_seq);
     uint64_t fr, tot;
     cuk_mem_info(s->ctx, &fr, &tot);
     const uint64_t need = s->wbuf_bytes + s->kv_bytes + scratch;

@@ -75,6 +75,8 @@ int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max_k, size_t 
 #define CUK_ATT_MAX_SPLITS 16
 int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx,
                               char *why, size_t whylen);
+/* The device bytes that reservation takes (0: none, one block per row). */
+size_t cuk_attention_scratch_bytes(int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx);
 /* Device bytes free and total right now. */
 void cuk_mem_info(struct cuk_ctx *c, uint64_t *free_bytes, uint64_t *total_bytes);
 

@@ -31,6 +31,7 @@ void cuk_ctx_free(struct cuk_ctx *c) { (void)c; }
 bool cuk_ctx_overlaps_launches(const struct cuk_ctx *c) { CUK_NONE(); }
 int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx,
                               char *why, size_t whylen) { CUK_NONE(); }
+size_t cuk_attention_scratch_bytes(int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx) { CUK_NONE(); }
 int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max_k, size_t tile_bytes, char *why, size_t whylen) { CUK_NONE(); }
 void cuk_mem_info(struct cuk_ctx *c, uint64_t *free_bytes, uint64_t *total_bytes) { CUK_NONE(); }
 void *cuk_malloc(struct cuk_ctx *c, size_t bytes, const char *what, char *why, size_t whylen) { CUK_NONE(); }

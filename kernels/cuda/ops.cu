@@ -344,11 +344,15 @@ __global__ void __launch_bounds__(ATT_T)
         const float *sp = scratch + cell * n_spans * stride;
         float mx = -INFINITY, l = 0.0f;
         for (int zz = 0; zz < n_split; zz++) mx = fmaxf(mx, __ldcg(sp + zz * stride));
-        for (int zz = 0; zz < n_split; zz++) l += __ldcg(sp + zz * stride + 1) * expf(__ldcg(sp + zz * stride) - mx);
+        for (int zz = 0; zz < n_split; zz++) { /* each span's factor, once (ps is free by now) */
+            const float f = expf(__ldcg(sp + zz * stride) - mx);
+            if (threadIdx.x == 0) ps[zz] = f;
+            l += __ldcg(sp + zz * stride + 1) * f;
+        }
+        __syncthreads();
         for (int d = threadIdx.x; d < hdv; d += ATT_T) {
             float a = 0.0f;
-            for (int zz = 0; zz < n_split; zz++)
-                a += __ldcg(sp + zz * stride + 2 + d) * expf(__ldcg(sp + zz * stride) - mx);
+            for (int zz = 0; zz < n_split; zz++) a += __ldcg(sp + zz * stride + 2 + d) * ps[zz];
             part[0][d] = a;
         }
         inv = 1.0f / l;
@@ -851,6 +855,16 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
                          (int)head_dim_v, scale, out_q8);
 }
 
+/* spans a row of a context of n_ctx positions may take */
+static int att_splits(int64_t n_ctx) { return (int)NM_MIN((int64_t)CUK_ATT_MAX_SPLITS, (n_ctx + ATT_T - 1) / ATT_T); }
+
+extern "C" size_t cuk_attention_scratch_bytes(int max_rows, int n_head, int64_t head_dim_v, int64_t n_ctx) {
+    const int splits = att_splits(n_ctx);
+    if (splits < 2 || max_rows < 1) return 0;
+    const size_t cells = (size_t)max_rows * (size_t)n_head;
+    return cells * splits * (size_t)(head_dim_v + 2) * sizeof(float) + cells * sizeof(int);
+}
+
 extern "C" int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_head, int64_t head_dim_v,
                                          int64_t n_ctx, char *why, size_t whylen) {
     cudaFree(c->att_scratch);
@@ -859,8 +873,8 @@ extern "C" int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_
     c->att_cnt = NULL;
     c->att_rows = c->att_heads = c->att_splits = 0;
     c->att_hdv = 0;
-    const int splits = (int)NM_MIN((int64_t)CUK_ATT_MAX_SPLITS, (n_ctx + ATT_T - 1) / ATT_T);
-    if (splits < 2 || max_rows < 1) return 0;
+    const int splits = att_splits(n_ctx);
+    if (!cuk_attention_scratch_bytes(max_rows, n_head, head_dim_v, n_ctx)) return 0;
     const size_t cells = (size_t)max_rows * (size_t)n_head;
     c->att_scratch = (float *)cuk_malloc(c, cells * splits * (size_t)(head_dim_v + 2) * sizeof(float),
                                          "attention spans scratch", why, whylen);

@@ -61,6 +61,21 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
 }
 
+/* The 32 sign bits of the IQ types that store 4 groups of 7 (bits 7l .. 7l + 6 of w), each group's
+ * 8th implied by parity (iq_sign_byte): byte l of the result is group l's. */
+NM_INLINE uint32_t iq_signs_7x4(uint32_t w) {
+    uint32_t sg = 0;
+    for (int l = 0; l < 4; l++) sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
+    return sg;
+}
+
+/* IQ2_XS/IQ2_S: d * (0.5 + s) * 0.25 per half, s the low then the high nibble of sc. */
+NM_INLINE void iq2_half_scales(uint16_t d16, uint8_t sc, float *d) {
+    const float dd = _cvtsh_ss(d16);
+    d[0] = dd * (0.5f + (float)(sc & 0xF)) * 0.25f;
+    d[1] = dd * (0.5f + (float)(sc >> 4)) * 0.25f;
+}
+
 /* IQ1_S/IQ1_M's 32 codes 8 g + delta (iq1_code) from the grid bytes g (-1, 0, 1) of 4 groups
  * and the deltas per byte (a 16-bit shift by 3, the bits it carries across bytes masked off). */
 NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
@@ -152,12 +167,8 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t w;
         memcpy(&w, p + 4, 4);
         uint64_t g[4];
-        uint32_t sg = 0;
-        for (int l = 0; l < 4; l++) {
-            g[l] = iq_grid_iq2xxs[p[l]];
-            sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
-        }
-        *q = iq_codes(g, sg);
+        for (int l = 0; l < 4; l++) g[l] = iq_grid_iq2xxs[p[l]];
+        *q = iq_codes(g, iq_signs_7x4(w));
         d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
         m[0] = m[1] = IQ_NO_OFFSET;
         return;
@@ -172,9 +183,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
             sg |= iq_sign_byte(v >> 9) << (8 * l);
         }
         *q = iq_codes(g, sg);
-        const float dd = _cvtsh_ss(b->d);
-        d[0] = dd * (0.5f + (float)(b->scales[j] & 0xF)) * 0.25f;
-        d[1] = dd * (0.5f + (float)(b->scales[j] >> 4)) * 0.25f;
+        iq2_half_scales(b->d, b->scales[j], d);
         m[0] = m[1] = IQ_NO_OFFSET;
         return;
     }
@@ -186,9 +195,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t sg;
         memcpy(&sg, b->qs + QK_IQ2_S / 8 + 4 * j, 4);
         *q = iq_codes(g, sg);
-        const float dd = _cvtsh_ss(b->d);
-        d[0] = dd * (0.5f + (float)(b->scales[j] & 0xF)) * 0.25f;
-        d[1] = dd * (0.5f + (float)(b->scales[j] >> 4)) * 0.25f;
+        iq2_half_scales(b->d, b->scales[j], d);
         m[0] = m[1] = IQ_NO_OFFSET;
         return;
     }
@@ -198,12 +205,9 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t w;
         memcpy(&w, b->qs + QK_IQ3_XXS / 4 + 4 * j, 4);
         uint64_t g[4];
-        uint32_t sg = 0;
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < 4; l++)
             g[l] = (uint64_t)iq_grid_iq3xxs[idx[2 * l]] | (uint64_t)iq_grid_iq3xxs[idx[2 * l + 1]] << 32;
-            sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
-        }
-        *q = iq_codes(g, sg);
+        *q = iq_codes(g, iq_signs_7x4(w));
         d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.5f;
         m[0] = m[1] = IQ_NO_OFFSET;
         return;
