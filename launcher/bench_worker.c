@@ -265,14 +265,13 @@ int bench_worker_main(int argc, char **argv) {
         w.ids.n_vocab = s.m->cfg.n_vocab;
         w.tokens = malloc((size_t)o.n_batch * sizeof *w.tokens);
         NM_ASSERT(w.tokens);
-        w.logits = nm_alloc((size_t)range_len(s.m->shard.vocab) * sizeof(float), 64, "logits");
+        w.logits = engine_logits_buffer(s.e, 1);
         report_info(&s);
         st = run_tests(&w);
     }
     /* Every rank meets the same error (same file, same flags); rank 0 reports it. */
     if (st && s.rank == 0) fprintf(stderr, "error: %s\n", w.err);
     free(w.tokens);
-    nm_free(w.logits);
     session_close(&s);
     return st ? 1 : 0;
 }

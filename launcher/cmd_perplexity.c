@@ -131,7 +131,7 @@ int cmd_perplexity(int argc, char **argv) {
     long n_chunks = (long)(n_tokens / (size_t)n_ctx);
     if (max_chunks > 0 && max_chunks < n_chunks) n_chunks = (long)max_chunks;
     const int first = (int)(n_ctx / 2);
-    logits = nm_alloc((size_t)so.n_batch * (size_t)range_len(s.m->shard.vocab) * sizeof(float), 64, "logits");
+    logits = engine_logits_buffer(s.e, so.n_batch);
     if (s.rank == 0)
         nm_log_info("perplexity: %zu tokens, %ld chunks of %lld, batch %d, scoring positions %d..%lld of each", n_tokens,
                     n_chunks, n_ctx, so.n_batch, first, n_ctx - 2);
@@ -173,7 +173,6 @@ int cmd_perplexity(int argc, char **argv) {
     }
 out:
     if (st && s.rank == 0) fprintf(stderr, "error: %s\n", err);
-    nm_free(logits);
     free(tokens);
     free(text);
     session_close(&s);

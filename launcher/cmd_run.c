@@ -301,7 +301,7 @@ static enum nm_status run_once(struct session *s, const struct run_opts *o, char
 
     const bool all = o->dump_logits != NULL;
     const int64_t n_local = range_len(s->m->shard.vocab);
-    logits = nm_alloc((all ? n_prompt : 1) * (size_t)n_local * sizeof(float), 64, "logits");
+    logits = engine_logits_buffer(s->e, all ? (int)n_prompt : 1);
     if (all) full = nm_alloc(n_prompt * (size_t)c->n_vocab * sizeof(float), 64, "full logits");
     if (s->rank == 0 && all && (st = dump_logits_open(&dl, o->dump_logits, c->n_vocab, err, errlen))) goto out;
     if (s->rank == 0 && o->dump_layers) {
@@ -365,7 +365,6 @@ out:
     dump_routes_close(&drt);
     tok_stream_free(g.ts);
     sampler_free(g.smp);
-    nm_free(logits);
     nm_free(full);
     free(prompt);
     return st;
@@ -388,7 +387,7 @@ static enum nm_status run_chat(struct session *s, const struct run_opts *o, char
     size_t n_msgs = 0;
     int32_t *hist = NULL; /* tokens in the KV cache, in order */
     size_t n_hist = 0;
-    float *logits = nm_alloc((size_t)range_len(s->m->shard.vocab) * sizeof(float), 64, "logits");
+    float *logits = engine_logits_buffer(s->e, 1);
     struct gen g = {.s = s, .o = o, .eos = eos_id(s), .logits = logits};
     g.smp = sampler_init(&o->sp, c->n_vocab);
     g.ts = tok_stream_init(s->tok, o->show_special ? TOK_DECODE_SPECIAL : 0);
@@ -466,7 +465,6 @@ static enum nm_status run_chat(struct session *s, const struct run_opts *o, char
     free(hist);
     tok_stream_free(g.ts);
     sampler_free(g.smp);
-    nm_free(logits);
     return st;
 }
 

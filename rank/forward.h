@@ -86,6 +86,10 @@ enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b,
  * change) when the tokens do not fit in the context or an id is out of range. Collective. */
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen);
+/* A logits buffer of `rows` rows of this rank's vocabulary slice, for engine_eval(_batch): the
+ * engine's own, valid until the next call that asks for more rows or engine_free. With the GPU
+ * stage in this process it is page-locked, so the logits come straight from the device. */
+float *engine_logits_buffer(struct engine *e, int rows);
 
 /* Sampling the next token from the last evaluated position, collective: every rank returns it.
  * With the head on the GPU rank, one sequence and a sampler that needs only its top k (greedy,

@@ -604,6 +604,13 @@ static const uint8_t *kv_layer(const struct gpu_stage *s, const void *base, int6
     return (const uint8_t *)base + (size_t)li * (size_t)s->n_ctx * (size_t)row * es;
 }
 
+/* How layer L rotates q and k (cuk_rope). */
+static struct cuk_rope rope_of(const struct gpu_stage *s, const struct glayer *L) {
+    const struct model_config *c = &s->cfg;
+    return (struct cuk_rope){.q_norm = L->q_norm, .k_norm = L->k_norm, .eps = c->rms_eps, .cos_sin = s->rope,
+                             .n_rot = c->n_rot, .neox = c->rope_type == ROPE_TYPE_NEOX};
+}
+
 /* Attention of the chunk's n rows (q, rotated, and the caches holding their K and V rows) into
  * s->att, each row over its own sequence: a run of 8 or more rows of one sequence that the
  * tensor-core kernel takes as one prompt chunk, the rest by the kernel of single rows in as few
@@ -619,9 +626,9 @@ static void attention_rows(struct gpu_stage *s, void *kc, void *vc, int n) {
         for (i1 = i0 + 1; i1 < n && r[2 * i1 + 1] == r[2 * i0 + 1] && r[2 * i1] == r[2 * i1 - 2] + 1;) i1++;
         if (!cuk_attention_tensor_cores(s->ctx, s->kv_type, i1 - i0, c->head_dim, c->head_dim_v)) continue;
         if (single < i0)
-            cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, i0 - single,
-                             s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
-                             scale, NULL);
+            cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, NULL, NULL, kc, vc, s->kv_type,
+                             i0 - single, s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim,
+                             c->head_dim_v, scale, NULL, NULL);
         const size_t base = (size_t)r[2 * i0 + 1];
         cuk_attention(s->ctx, s->att + i0 * ad, ad, s->q + i0 * qd, (uint8_t *)kc + base * (size_t)s->k_row * es,
                       (uint8_t *)vc + base * (size_t)s->v_row * es, s->kv_type, i1 - i0, r[2 * i0], (int)c->n_head,
@@ -629,16 +636,15 @@ static void attention_rows(struct gpu_stage *s, void *kc, void *vc, int n) {
         single = i1;
     }
     if (single < n)
-        cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, kc, vc, s->kv_type, n - single,
-                         s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v, scale,
-                         NULL);
+        cuk_attention_at(s->ctx, s->att + single * ad, ad, s->q + single * qd, NULL, NULL, kc, vc, s->kv_type,
+                         n - single, s->d_rows + 2 * single, (int)c->n_head, (int)c->n_head_kv, c->head_dim,
+                         c->head_dim_v, scale, NULL, NULL);
 }
 
 /* x += attn_output(attention(rope(q), rope(k), v)); xn holds attn_norm(x). */
 static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t li, int n) {
     const struct model_config *c = &s->cfg;
     const int64_t qd = c->n_head * c->head_dim, kd = s->k_row, vd = s->v_row;
-    const int neox = c->rope_type == ROPE_TYPE_NEOX;
     {
         const struct gmat *w[3] = {&L->wq, &L->wk, &L->wv};
         float *y[3] = {s->q, s->k, s->v};
@@ -648,8 +654,9 @@ static void attention_block(struct gpu_stage *s, const struct glayer *L, int64_t
     add_bias(s, s->k, L->bk, n, kd);
     add_bias(s, s->v, L->bv, n, vd);
     void *kc = (void *)kv_layer(s, s->kv_k, li, kd), *vc = (void *)kv_layer(s, s->kv_v, li, vd);
-    cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
-                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, s->d_rows);
+    const struct cuk_rope rope = rope_of(s, L);
+    cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v, &rope,
+                   kc, vc, s->kv_type, s->d_rows);
     attention_rows(s, kc, vc, n);
     matmul(s, &L->wo, s->att, n, s->proj);
     add_bias(s, s->proj, L->bo, n, c->n_embd);
@@ -700,9 +707,11 @@ static void hook(struct gpu_stage *s, int layer, const float *dx, int n) {
 
 /* ---- decode: n <= CUK_GEMV_MAX_ROWS rows ------------------------------------------------------
  * The same arithmetic as attention_block/ffn_dense and the head, in fewer kernels: a norm (and
- * the attention) writes the q8 of its output for the matmuls after it, Q/K/V and gate/up run as one cuk_gemv_q8
- * each on int8 activations (a GEMV, or int8 tensor cores for several rows), RoPE and the KV stores are one kernel, biases and residual adds happen in
- * the GEMV's epilogue (y + (W x + b), the CPU's order). The rows' places come from d_rows. */
+ * the attention) writes the q8 of its output for the matmuls after it; Q/K/V and gate/up run as
+ * one cuk_gemv_q8 each on int8 activations (a GEMV, or int8 tensor cores for several rows); the
+ * attention's launch does RoPE and the KV stores first (the bytes cuk_rope_store gives); biases
+ * and residual adds happen in the GEMV's epilogue (y + (W x + b), the CPU's order). The rows'
+ * places come from d_rows. */
 
 /* The q8 scratch when the matmul reading an input of k values takes q8 activations, else NULL. */
 static void *q8_input(struct gpu_stage *s, int64_t k, const struct gmat *w) {
@@ -741,7 +750,6 @@ static void gemv_group(struct gpu_stage *s, const struct gmat *const *w, float *
 static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li, int n) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, ad = c->n_head * c->head_dim_v;
-    const int neox = c->rope_type == ROPE_TYPE_NEOX;
     void *xq = q8_input(s, E, &L->wq);
     cuk_rmsnorm_q8(s->ctx, s->xn, xq, s->x, L->attn_norm, n, E, c->rms_eps);
     {
@@ -752,12 +760,12 @@ static void layer_decode(struct gpu_stage *s, const struct glayer *L, int64_t li
         gemv_group(s, w, y, b, acc, 3, s->xn, xq, n);
     }
     void *kc = (void *)kv_layer(s, s->kv_k, li, s->k_row), *vc = (void *)kv_layer(s, s->kv_v, li, s->v_row);
-    cuk_rope_store(s->ctx, s->q, s->k, s->v, n, (int)c->n_head, (int)c->n_head_kv, c->head_dim, c->head_dim_v,
-                   L->q_norm, L->k_norm, c->rms_eps, s->rope, c->n_rot, neox, kc, vc, s->kv_type, s->d_rows);
     void *xa = q8_input(s, ad, &L->wo);
     const bool fused = xa && c->head_dim_v % 32 == 0; /* the attention launch writes the q8 too */
-    cuk_attention_at(s->ctx, s->att, ad, s->q, kc, vc, s->kv_type, n, s->d_rows, (int)c->n_head, (int)c->n_head_kv,
-                     c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim), fused ? xa : NULL);
+    const struct cuk_rope rope = rope_of(s, L); /* and rotates q and k and stores k and v first */
+    cuk_attention_at(s->ctx, s->att, ad, s->q, s->k, s->v, kc, vc, s->kv_type, n, s->d_rows, (int)c->n_head,
+                     (int)c->n_head_kv, c->head_dim, c->head_dim_v, 1.0f / sqrtf((float)c->head_dim), &rope,
+                     fused ? xa : NULL);
     {
         if (xa && !fused) cuk_quantize_q8(s->ctx, xa, s->att, ad, n, ad);
         const struct gmat *w[1] = {&L->wo};
@@ -817,6 +825,18 @@ static void decode_device(struct gpu_stage *s, int n, int first) {
     s->last_logits = s->logits + (int64_t)(rows - 1) * c->n_vocab;
 }
 
+/* Rows of logits from the device to out: straight there when out is page-locked
+ * (engine_logits_buffer's), else through pin_out. */
+static void logits_out(struct gpu_stage *s, float *out, const float *d_logits, int rows) {
+    const size_t bytes = (size_t)rows * (size_t)s->cfg.n_vocab * sizeof(float);
+    if (cuk_host_pinned(out)) {
+        cuk_d2h(s->ctx, out, d_logits, bytes);
+        return;
+    }
+    cuk_d2h(s->ctx, s->pin_out, d_logits, bytes);
+    memcpy(out, s->pin_out, bytes);
+}
+
 /* The rows of a chunk whose logits are computed: head[0 .. n_head), ascending (none: only the
  * layers); the first n_out of them go to the caller's buffer (the rows that ask; in a batch's
  * last chunk its last row follows them when it does not ask itself, for gpu_stage_topk). */
@@ -854,6 +874,12 @@ static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const s
         decode_device(s, n, first);
     }
     if (out && h->n_out > 0) {
+        bool dense = true; /* the rows that ask are the head's first n_out */
+        for (int j = 0; j < h->n_out; j++) dense = dense && h->head[j] - first == j;
+        if (dense) {
+            logits_out(s, out, s->logits, h->n_out);
+            return;
+        }
         const int rows = n - first;
         cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(rows * V) * sizeof(float));
         for (int j = 0; j < h->n_out; j++)
@@ -900,10 +926,7 @@ static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const st
         add_bias(s, s->logits, s->output_bias, rows, V);
         s->last_logits = s->logits + (int64_t)(rows - 1) * V;
         const int n_copy = NM_MIN(rows, h->n_out - j0);
-        if (out && n_copy > 0) {
-            cuk_d2h(s->ctx, s->pin_out, s->logits, (size_t)(n_copy * V) * sizeof(float));
-            memcpy(out + (int64_t)j0 * V, s->pin_out, (size_t)(n_copy * V) * sizeof(float));
-        }
+        if (out && n_copy > 0) logits_out(s, out + (int64_t)j0 * V, s->logits, n_copy);
     }
 }
 

@@ -25,6 +25,15 @@ static void log_weight_traffic(const struct gpu_stage *g) {
                 (unsigned long long)gpu_stage_weight_bytes_after_load(g));
 }
 
+static void *local_host_alloc(void *ctx, size_t bytes, const char *what) {
+    (void)ctx;
+    return cuk_host_alloc(bytes, what);
+}
+static void local_host_free(void *ctx, void *p) {
+    (void)ctx;
+    cuk_host_free(p);
+}
+
 static void local_close(void *ctx) {
     log_weight_traffic(ctx);
     gpu_stage_free(ctx);
@@ -35,6 +44,8 @@ static const struct pipeline_stage_ops k_local_ops = {
     .topk = local_topk,
     .keep = local_keep,
     .close = local_close,
+    .host_alloc = local_host_alloc,
+    .host_free = local_host_free,
 };
 
 struct pipeline_stage pipeline_local(struct gpu_stage *g) {
@@ -216,11 +227,12 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             NM_ASSERT(g && q.n > 0 && q.logits >= 0 && q.logits <= q.n);
             if (q.n > cap) {
                 nm_free(hidden);
-                nm_free(logits);
+                cuk_host_free(logits);
                 free(rows);
                 cap = q.n;
                 hidden = nm_alloc((size_t)cap * (size_t)n_embd * sizeof(float), 64, "GPU rank hidden states");
-                logits = nm_alloc((size_t)cap * (size_t)n_vocab * sizeof(float), 64, "GPU rank logits");
+                /* page-locked: the stage copies the logits straight into it */
+                logits = cuk_host_alloc((size_t)cap * (size_t)n_vocab * sizeof(float), "GPU rank logits");
                 rows = malloc(rows_bytes(cap));
                 NM_ASSERT(rows);
             }
@@ -247,8 +259,8 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
         default: nm_fatal("GPU rank: unknown pipeline request %d from rank %d", (int)q.op, peer);
         }
     }
+    cuk_host_free(logits);
     gpu_stage_free(g);
     nm_free(hidden);
-    nm_free(logits);
     free(rows);
 }

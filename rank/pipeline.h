@@ -47,6 +47,10 @@ struct pipeline_stage_ops {
     void (*keep)(void *ctx, int seq, int64_t n);
     /* Release the stage (remote: tell the GPU rank to stop serving). */
     void (*close)(void *ctx);
+    /* Host memory that eval copies logits into directly (local: page-locked), or NULL ops: any
+     * memory will do. Freed before close. */
+    void *(*host_alloc)(void *ctx, size_t bytes, const char *what);
+    void (*host_free)(void *ctx, void *p);
 };
 
 struct pipeline_stage {

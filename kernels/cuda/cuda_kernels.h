@@ -87,6 +87,8 @@ void cuk_free(void *p);
 /* Page-locked host memory (fatal on failure, naming the size). */
 void *cuk_host_alloc(size_t bytes, const char *what);
 void cuk_host_free(void *p);
+/* p lies in page-locked memory (cuk_host_alloc's): a device to host copy lands there directly. */
+bool cuk_host_pinned(const void *p);
 
 /* Copies on the context's stream. h2d from pageable memory returns once src may be reused;
  * d2h into pageable memory returns when the data is there. */
@@ -185,20 +187,35 @@ bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m);
  * sequence whose positions start at cache row rows[2i + 1] (its region of the cache: position p
  * is cache row rows[2i + 1] + p). One kernel may take rows of several sequences. */
 
-/* cuk_norm_rope of q's n_head heads and k's n_head_kv heads, then k's rotated rows and v's rows
- * stored to the caches at each row's cache row (as cuk_kv_store), in one kernel. q is [m][n_head
- * * head_dim], k [m][n_head_kv * head_dim], v [m][n_head_kv * head_dim_v]. */
+/* How the decode kernels rotate a step's rows: per head of q and of k an RMSNorm with q_norm or
+ * k_norm [head_dim] when not NULL (qwen3's Q/K norms), then RoPE with the cos/sin pairs of the
+ * row's position from cos_sin[pos][n_rot] (op_rope_cache's layout) and op_rope's pairing (neox or
+ * adjacent). */
+struct cuk_rope {
+    const float *q_norm, *k_norm;
+    float eps;
+    const float *cos_sin;
+    int64_t n_rot;
+    int neox;
+};
+/* The rotation of q's n_head heads and k's n_head_kv heads in place, then k's rotated rows and
+ * v's rows stored to the caches at each row's cache row (as cuk_kv_store), in one kernel. q is
+ * [m][n_head * head_dim], k [m][n_head_kv * head_dim], v [m][n_head_kv * head_dim_v]. */
 void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
-                    int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
-                    const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
-                    const int64_t *rows);
+                    int64_t head_dim, int64_t head_dim_v, const struct cuk_rope *rope, void *k_cache, void *v_cache,
+                    enum dtype kv_type, const int64_t *rows);
 /* cuk_attention of m rows, each over its own sequence's positions 0 .. its position (rows as
- * above). out_q8, when not NULL (head_dim_v a multiple of 32, ldo = n_head * head_dim_v): the
- * output rows' q8 too, as cuk_quantize_q8 writes it (the next matmul's input, in the same
- * launch). */
-void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                      const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
-                      int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8);
+ * above). rope NULL: q is rotated and every row's K and V are in the caches (cuk_rope_store);
+ * k and v are not read. Otherwise q, k and v are the rows before RoPE, as cuk_rope_store takes
+ * them, and the launch does what cuk_rope_store would (the same bytes in the caches, q left as
+ * it is) before it attends: one kernel instead of two. The rows of a sequence must then be
+ * adjacent at consecutive positions (kv_batch_check's rule). out_q8, when not NULL (head_dim_v a
+ * multiple of 32, ldo = n_head * head_dim_v): the output rows' q8 too, as cuk_quantize_q8 writes
+ * it (the next matmul's input, in the same launch). */
+void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const float *k, const float *v,
+                      void *k_cache, void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head,
+                      int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, const struct cuk_rope *rope,
+                      void *out_q8);
 
 /* A recorded sequence of the context's stream work (a CUDA graph), replayed with one launch.
  * Between cuk_capture_begin and cuk_capture_end the calls on c are recorded, not run; nothing in
@@ -212,7 +229,6 @@ void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g);
 void cuk_graph_free(struct cuk_graph *g);
 
 /* ---- element-wise and attention ----------------------------------------------------------- */
-
 /* y[r] = rmsnorm(x[r]) * w for rows r < rows of n values (row stride n); sums of squares in
  * double as op_rmsnorm. y may equal x. */
 void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, int rows, int64_t n, float eps);

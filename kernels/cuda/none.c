@@ -88,12 +88,13 @@ bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) { return 
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs) { CUK_NONE(); }
 void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
-                    int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm, float eps,
-                    const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache, enum dtype kv_type,
-                    const int64_t *rows) { CUK_NONE(); }
-void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                      const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head, int n_head_kv,
-                      int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) { CUK_NONE(); }
+                    int64_t head_dim, int64_t head_dim_v, const struct cuk_rope *rope, void *k_cache, void *v_cache,
+                    enum dtype kv_type, const int64_t *rows) { CUK_NONE(); }
+void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const float *k, const float *v,
+                      void *k_cache, void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head,
+                      int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, const struct cuk_rope *rope,
+                      void *out_q8) { CUK_NONE(); }
+bool cuk_host_pinned(const void *p) { return false; }
 void cuk_capture_begin(struct cuk_ctx *c) { CUK_NONE(); }
 struct cuk_graph *cuk_capture_end(struct cuk_ctx *c) { CUK_NONE(); }
 void cuk_graph_launch(struct cuk_ctx *c, struct cuk_graph *g) { CUK_NONE(); }

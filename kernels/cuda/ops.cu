@@ -88,38 +88,48 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, in
 __device__ __forceinline__ void kv_st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kv_st(__half *p, float v) { *p = __float2half_rn(v); }
 
-/* One head of head_dim values at xh, by the whole block: optional RMSNorm (norm_w), then RoPE
- * with the position's cos/sin pairs cs (op_rope), in place; also written to cache_h (a KV cache
- * row, f32 or f16) when it is not NULL. */
+/* One head of head_dim values at src, by the whole block: optional RMSNorm (norm_w), then RoPE
+ * with the position's cos/sin pairs cs (op_rope), written to dst (f32; may be src; NULL: not
+ * written) and to cache_h (a KV cache row, f32 or f16) when it is not NULL. The sum of squares
+ * is the first warp's, in a fixed order, so a head's bits do not depend on the block's size
+ * (rope_store_kernel and attn_kernel must agree to the bit). */
 template <typename KT>
-__device__ void norm_rope_head(float *xh, int64_t head_dim, const float *__restrict__ norm_w, float eps,
-                               const float *__restrict__ cs, int64_t n_rot, int neox, KT *cache_h) {
+__device__ void norm_rope_head(const float *src, float *dst, int64_t head_dim, const float *__restrict__ norm_w,
+                               float eps, const float *__restrict__ cs, int64_t n_rot, int neox, KT *cache_h) {
     __shared__ float buf[1024];
-    __shared__ double red[32];
-    for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = xh[d];
-    if (norm_w) {
-        double ss = 0;
-        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) ss += (double)buf[d] * buf[d];
-        ss = block_sum_d(ss, red); /* syncs, so buf is complete below */
-        const float scale = (float)(1.0 / sqrt(ss / (double)head_dim + eps));
-        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = buf[d] * scale * norm_w[d];
-    }
+    __shared__ float scale_s;
+    __syncthreads(); /* a call before is done with buf */
+    for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = src[d];
     __syncthreads();
+    if (norm_w) {
+        if (threadIdx.x < 32) {
+            double ss = 0;
+            for (int64_t d = threadIdx.x; d < head_dim; d += 32) ss += (double)buf[d] * buf[d];
+            ss = cuk_warp_reduce(ss, cuk_op_add());
+            if (threadIdx.x == 0) scale_s = (float)(1.0 / sqrt(ss / (double)head_dim + eps));
+        }
+        __syncthreads();
+        const float scale = scale_s;
+        for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) buf[d] = buf[d] * scale * norm_w[d];
+        __syncthreads();
+    }
     const int64_t half = n_rot / 2;
     for (int64_t p = threadIdx.x; p < half; p += blockDim.x) {
         const int64_t i0 = neox ? p : 2 * p, i1 = neox ? p + half : 2 * p + 1;
         const float c = cs[2 * p], s = cs[2 * p + 1];
         const float a = buf[i0], b = buf[i1];
         const float r0 = a * c - b * s, r1 = a * s + b * c;
-        xh[i0] = r0;
-        xh[i1] = r1;
+        if (dst) {
+            dst[i0] = r0;
+            dst[i1] = r1;
+        }
         if (cache_h) {
             kv_st(cache_h + i0, r0);
             kv_st(cache_h + i1, r1);
         }
     }
     for (int64_t d = n_rot + threadIdx.x; d < head_dim; d += blockDim.x) {
-        xh[d] = buf[d];
+        if (dst) dst[d] = buf[d];
         if (cache_h) kv_st(cache_h + d, buf[d]);
     }
 }
@@ -128,8 +138,19 @@ __device__ void norm_rope_head(float *xh, int64_t head_dim, const float *__restr
 __global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride, const float *__restrict__ norm_w,
                                  float eps, const float *__restrict__ cos_sin, int64_t pos0, int64_t n_rot, int neox) {
     const int h = blockIdx.x, i = blockIdx.y;
-    norm_rope_head<float>(x + (int64_t)i * row_stride + (int64_t)h * head_dim, head_dim, norm_w, eps,
-                          cos_sin + (pos0 + i) * n_rot, n_rot, neox, NULL);
+    float *xh = x + (int64_t)i * row_stride + (int64_t)h * head_dim;
+    norm_rope_head<float>(xh, xh, head_dim, norm_w, eps, cos_sin + (pos0 + i) * n_rot, n_rot, neox, NULL);
+}
+
+/* RoPE of a decode step's rows (struct cuk_rope) as a kernel takes it; k == NULL: none. */
+struct rope_args {
+    const float *q_norm, *k_norm, *cos_sin;
+    float eps;
+    int64_t n_rot;
+    int neox;
+};
+rope_args rope_of(const struct cuk_rope *r) {
+    return r ? rope_args{r->q_norm, r->k_norm, r->cos_sin, r->eps, r->n_rot, r->neox} : rope_args{};
 }
 
 /* Blocks h < n_head: q's head h; the next n_head_kv: k's head (also stored to the K cache) and
@@ -137,21 +158,21 @@ __global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride,
  * sequence whose positions start at cache row rows[2i + 1]. */
 template <typename KT>
 __global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ v, int n_head, int64_t hd,
-                                  int64_t hdv, int64_t k_row, int64_t v_row, const float *__restrict__ q_norm,
-                                  const float *__restrict__ k_norm, float eps, const float *__restrict__ cos_sin,
-                                  int64_t n_rot, int neox, KT *kc, KT *vc, const int64_t *__restrict__ rows) {
+                                  int64_t hdv, int64_t k_row, int64_t v_row, rope_args r, KT *kc, KT *vc,
+                                  const int64_t *__restrict__ rows) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const int h = blockIdx.x, i = blockIdx.y;
     const int64_t pos = rows[2 * i], crow = rows[2 * i + 1] + pos; /* its cache row */
-    const float *cs = cos_sin + pos * n_rot;
+    const float *cs = r.cos_sin + pos * r.n_rot;
     if (h < n_head) {
-        norm_rope_head<KT>(q + (int64_t)i * n_head * hd + (int64_t)h * hd, hd, q_norm, eps, cs, n_rot, neox, NULL);
+        float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
+        norm_rope_head<KT>(qh, qh, hd, r.q_norm, r.eps, cs, r.n_rot, r.neox, NULL);
         return;
     }
     const int hk = h - n_head;
-    norm_rope_head<KT>(k + (int64_t)i * k_row + (int64_t)hk * hd, hd, k_norm, eps, cs, n_rot, neox,
-                       kc + crow * k_row + (int64_t)hk * hd);
+    float *kh = k + (int64_t)i * k_row + (int64_t)hk * hd;
+    norm_rope_head<KT>(kh, kh, hd, r.k_norm, r.eps, cs, r.n_rot, r.neox, kc + crow * k_row + (int64_t)hk * hd);
     const float *vs = v + (int64_t)i * v_row + (int64_t)hk * hdv;
     KT *vd = vc + crow * v_row + (int64_t)hk * hdv;
     for (int64_t d = threadIdx.x; d < hdv; d += blockDim.x) kv_st(vd + d, vs[d]);
@@ -233,10 +254,10 @@ __device__ __forceinline__ void kv_rows(const KT *base, int64_t stride, int j0, 
  * chunks of the longer head (of K or V). */
 template <typename KT, int DC, bool V4>
 __global__ void __launch_bounds__(ATT_T)
-    attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const KT *__restrict__ kc,
-                const KT *__restrict__ vc, int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows,
-                int n_head, int group, int hd, int hdv, float scale, int8_t *oq, cuk_q8s *os, float *scratch,
-                int *cnt) {
+    attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const float *__restrict__ k,
+                const float *__restrict__ v, KT *kc, KT *vc, int64_t k_row, int64_t v_row, int64_t pos0,
+                const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, rope_args ra, int8_t *oq,
+                cuk_q8s *os, float *scratch, int *cnt) {
     constexpr int ATT_U = 8 / DC; /* positions a warp loads at once: 8 loads in flight per lane */
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
@@ -253,6 +274,28 @@ __global__ void __launch_bounds__(ATT_T)
     if (z >= n_split) return; /* (uniform across the block) */
     const int64_t t_begin = z * span, t_end = NM_MIN(n_kv, t_begin + span);
     const float *qh = q + (int64_t)i * n_head * hd + (int64_t)h * hd;
+    if (k) { /* q, k, v before RoPE (rows in device memory) */
+        __shared__ float q_rot[DC * 128];
+        norm_rope_head<KT>(qh, q_rot, hd, ra.q_norm, ra.eps, ra.cos_sin + pos * ra.n_rot, ra.n_rot, ra.neox,
+                           (KT *)NULL);
+        /* The K and V of the launch's rows of this sequence up to this one (adjacent, at
+         * consecutive positions): no launch before stored them, so each block that reads one in
+         * its span stores it first, the bytes rope_store_kernel would (blocks of the other heads
+         * of the group, and of the sequence's later rows, store the same bytes). */
+        int j0 = i;
+        while (j0 > 0 && rows[2 * j0 - 1] == base && rows[2 * j0 - 2] == rows[2 * j0] - 1) j0--;
+        for (int j = j0; j <= i; j++) {
+            const int64_t p = pos - (i - j);
+            if (p < t_begin || p >= t_end) continue; /* (uniform across the block) */
+            norm_rope_head<KT>(k + (int64_t)j * k_row + (int64_t)hk * hd, NULL, hd, ra.k_norm, ra.eps,
+                               ra.cos_sin + p * ra.n_rot, ra.n_rot, ra.neox, kc + (base + p) * k_row + (int64_t)hk * hd);
+            KT *vd = vc + (base + p) * v_row + (int64_t)hk * hdv;
+            const float *vs = v + (int64_t)j * v_row + (int64_t)hk * hdv;
+            for (int d = threadIdx.x; d < hdv; d += ATT_T) kv_st(vd + d, vs[d]);
+        }
+        __syncthreads(); /* the stores and q_rot are visible to the whole block */
+        qh = q_rot;
+    }
     float qv[DC][4], acc[DC][4] = {};
 #pragma unroll
     for (int c = 0; c < DC; c++)
@@ -807,28 +850,32 @@ extern "C" bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type
  * launches of at most rows_per rows, each row's positions in up to `splits` spans */
 template <typename KT>
 static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, int m, int rows_per, int splits, float *out,
-                             int64_t ldo, const float *q, const KT *k_cache, const KT *v_cache, int64_t k_row,
-                             int64_t v_row, int64_t pos0, const int64_t *rows, int n_head, int group, int hd, int hdv,
-                             float scale, void *out_q8) {
+                             int64_t ldo, const float *q, const float *k, const float *v, KT *k_cache, KT *v_cache,
+                             int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows, int n_head, int group,
+                             int hd, int hdv, float scale, rope_args ra, void *out_q8) {
     auto kern = v4 ? (dc == 1 ? attn_kernel<KT, 1, true> : dc == 2 ? attn_kernel<KT, 2, true> : attn_kernel<KT, 4, true>)
                    : (dc == 1 ? attn_kernel<KT, 1, false> : dc == 2 ? attn_kernel<KT, 2, false> : attn_kernel<KT, 4, false>);
-    const int64_t k = (int64_t)n_head * hdv;
+    const int64_t kq = (int64_t)n_head * hdv;
     int8_t *oq = (int8_t *)out_q8;
-    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, k)) : NULL;
+    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, kq)) : NULL;
     for (int r0 = 0; r0 < m; r0 += rows_per) {
         const int mr = NM_MIN(rows_per, m - r0);
         const dim3 grid((unsigned)n_head, (unsigned)mr, (unsigned)splits);
-        cuk_launch(c, "attention", kern, grid, ATT_T, 0, out + r0 * ldo, ldo, q + (int64_t)r0 * n_head * hd, k_cache,
-                   v_cache, k_row, v_row, pos0 + r0, rows ? rows + 2 * r0 : NULL, n_head, group, hd, hdv, scale,
-                   oq ? oq + r0 * k : NULL, oq ? os + r0 * (k / 32) : NULL, c->att_scratch, c->att_cnt);
+        cuk_launch(c, "attention", kern, grid, ATT_T, 0, out + r0 * ldo, ldo, q + (int64_t)r0 * n_head * hd,
+                   k ? k + r0 * k_row : k, v ? v + r0 * v_row : v, k_cache, v_cache, k_row, v_row, pos0 + r0,
+                   rows ? rows + 2 * r0 : NULL, n_head, group, hd, hdv, scale, ra, oq ? oq + r0 * kq : NULL,
+                   oq ? os + r0 * (kq / 32) : NULL, c->att_scratch, c->att_cnt);
     }
 }
 
-static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                             const void *v_cache, enum dtype kv_type, int m, int64_t pos0, const int64_t *rows,
-                             int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) {
+/* rope: NULL, or (rows only) q, k, v before RoPE for attn_kernel to finish */
+static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const float *k,
+                             const float *v, void *k_cache, void *v_cache, enum dtype kv_type, int m, int64_t pos0,
+                             const int64_t *rows, int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v,
+                             float scale, const struct cuk_rope *rope, void *out_q8) {
     NM_ASSERT(head_dim <= 512 && head_dim_v <= 512 && n_head % n_head_kv == 0);
     NM_ASSERT(!out_q8 || (rows && head_dim_v % 32 == 0));
+    NM_ASSERT(!rope || (rows && k && v && rope->n_rot <= head_dim && rope->n_rot % 2 == 0));
     if (m < 1) return;
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
     const int group = n_head / n_head_kv;
@@ -846,13 +893,14 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
     const bool v4 = head_dim % 4 == 0 && head_dim_v % 4 == 0 && ((uintptr_t)k_cache & 15) == 0 &&
                    ((uintptr_t)v_cache & 15) == 0;
     const int dc = (int)(NM_MAX(head_dim, head_dim_v) + 127) / 128;
+    const rope_args ra = rope_of(rope);
+    if (!rope) k = v = NULL;
     if (kv_type == DTYPE_F32)
-        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, (const float *)k_cache, (const float *)v_cache,
-                         k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, out_q8);
+        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, k, v, (float *)k_cache, (float *)v_cache, k_row,
+                         v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, ra, out_q8);
     else
-        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, (const __half *)k_cache,
-                         (const __half *)v_cache, k_row, v_row, pos0, rows, n_head, group, (int)head_dim,
-                         (int)head_dim_v, scale, out_q8);
+        attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, k, v, (__half *)k_cache, (__half *)v_cache,
+                         k_row, v_row, pos0, rows, n_head, group, (int)head_dim, (int)head_dim_v, scale, ra, out_q8);
 }
 
 /* spans a row of a context of n_ctx positions may take */
@@ -892,35 +940,34 @@ extern "C" int cuk_ctx_reserve_attention(struct cuk_ctx *c, int max_rows, int n_
 extern "C" void cuk_attention(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
                               const void *v_cache, enum dtype kv_type, int m, int64_t pos0, int n_head, int n_head_kv,
                               int64_t head_dim, int64_t head_dim_v, float scale) {
-    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, pos0, NULL, n_head, n_head_kv, head_dim, head_dim_v,
-                     scale, NULL);
+    attention_launch(c, out, ldo, q, NULL, NULL, (void *)k_cache, (void *)v_cache, kv_type, m, pos0, NULL, n_head,
+                     n_head_kv, head_dim, head_dim_v, scale, NULL, NULL);
 }
 
-extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const void *k_cache,
-                                 const void *v_cache, enum dtype kv_type, int m, const int64_t *rows, int n_head,
-                                 int n_head_kv, int64_t head_dim, int64_t head_dim_v, float scale, void *out_q8) {
+extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const float *k,
+                                 const float *v, void *k_cache, void *v_cache, enum dtype kv_type, int m,
+                                 const int64_t *rows, int n_head, int n_head_kv, int64_t head_dim, int64_t head_dim_v,
+                                 float scale, const struct cuk_rope *rope, void *out_q8) {
     NM_ASSERT(rows);
-    attention_launch(c, out, ldo, q, k_cache, v_cache, kv_type, m, 0, rows, n_head, n_head_kv, head_dim, head_dim_v,
-                     scale, out_q8);
+    attention_launch(c, out, ldo, q, k, v, k_cache, v_cache, kv_type, m, 0, rows, n_head, n_head_kv, head_dim,
+                     head_dim_v, scale, rope, out_q8);
 }
 
 extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
-                               int64_t head_dim, int64_t head_dim_v, const float *q_norm, const float *k_norm,
-                               float eps, const float *cos_sin, int64_t n_rot, int neox, void *k_cache, void *v_cache,
-                               enum dtype kv_type, const int64_t *rows) {
-    NM_ASSERT(head_dim <= 1024 && n_rot <= head_dim && n_rot % 2 == 0);
+                               int64_t head_dim, int64_t head_dim_v, const struct cuk_rope *rope, void *k_cache,
+                               void *v_cache, enum dtype kv_type, const int64_t *rows) {
+    NM_ASSERT(head_dim <= 1024 && rope->n_rot <= head_dim && rope->n_rot % 2 == 0);
     if (m < 1) return;
     const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
+    const rope_args ra = rope_of(rope);
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "rope_store", rope_store_kernel<float>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
-                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (float *)k_cache, (float *)v_cache,
-                   rows);
+                   k_row, v_row, ra, (float *)k_cache, (float *)v_cache, rows);
     else {
         NM_ASSERT(kv_type == DTYPE_F16);
         cuk_launch(c, "rope_store", rope_store_kernel<__half>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
-                   k_row, v_row, q_norm, k_norm, eps, cos_sin, n_rot, neox, (__half *)k_cache, (__half *)v_cache,
-                   rows);
+                   k_row, v_row, ra, (__half *)k_cache, (__half *)v_cache, rows);
     }
 }
 

@@ -150,6 +150,15 @@ extern "C" void cuk_host_free(void *p) {
     if (p) CUK_CHECK(cudaFreeHost(p), "freeing page-locked memory");
 }
 
+extern "C" bool cuk_host_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not an error to keep) */
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 extern "C" void cuk_h2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes) {
     if (bytes) CUK_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "host to device copy");
 }

@@ -185,7 +185,7 @@ struct serve_sched *serve_sched_init(struct session *s, const struct serve_sched
     sc->st.samples = calloc((size_t)B, sizeof *sc->st.samples);
     NM_ASSERT(sc->st.token && sc->st.pos && sc->st.seq && sc->st.want && sc->st.want_b && sc->st.starts &&
               sc->st.samples);
-    sc->logits = nm_alloc((size_t)B * (size_t)NM_MAX(sc->n_local, 1) * sizeof(float), 64, "serve logits");
+    sc->logits = engine_logits_buffer(sc->e, B);
     int64_t eos = -1;
     if (gguf_get_int(s->m->file, "tokenizer.ggml.eos_token_id", &eos, NULL, 0) != NM_OK) eos = -1;
     sc->eos = (int32_t)eos;
@@ -221,7 +221,6 @@ void serve_sched_free(struct serve_sched *sc) {
     free(sc->st.samples);
     free(sc->st.hist);
     free(sc->st.msg);
-    nm_free(sc->logits);
     pthread_mutex_destroy(&sc->mu);
     pthread_cond_destroy(&sc->cv);
     free(sc);

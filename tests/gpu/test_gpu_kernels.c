@@ -425,8 +425,9 @@ static void test_rope_store(krng *r) {
                   *dn = dev_from(nw, hd * sizeof(float)), *dkn = dev_from(kw, hd * sizeof(float));
             void *kc = cuk_malloc(g_ctx, n_ctx * kd * es, "k cache", NULL, 0), *vc = cuk_malloc(g_ctx, n_ctx * vd * es, "v cache", NULL, 0);
             int64_t *drows = dev_from(rows, sizeof places[pl]);
-            cuk_rope_store(g_ctx, dq, dk, dv, m, nh, nkv, hd, hdv, cases[ci].norm ? dn : NULL, cases[ci].norm ? dkn : NULL,
-                           1e-6f, dt, nr, cases[ci].neox, kc, vc, cases[ci].kv, drows);
+            const struct cuk_rope rope = {.q_norm = cases[ci].norm ? dn : NULL, .k_norm = cases[ci].norm ? dkn : NULL,
+                                          .eps = 1e-6f, .cos_sin = dt, .n_rot = nr, .neox = cases[ci].neox};
+            cuk_rope_store(g_ctx, dq, dk, dv, m, nh, nkv, hd, hdv, &rope, kc, vc, cases[ci].kv, drows);
             float *gq = malloc(m * qd * sizeof(float)), *gk = malloc(m * kd * sizeof(float));
             to_host(gq, dq, m * qd * sizeof(float));
             to_host(gk, dk, m * kd * sizeof(float));
@@ -615,7 +616,7 @@ static void test_attention_spans(krng *r) {
     const size_t q8b = cuk_q8_bytes(m, nh * hdv);
     void *dq8 = cuk_malloc(g_ctx, q8b, "q8", NULL, 0), *dq8ref = cuk_malloc(g_ctx, q8b, "q8", NULL, 0);
     const float scale = 1.0f / sqrtf((float)hd);
-    cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, dq8);
+    cuk_attention_at(g_ctx, dout, ldo, dq, NULL, NULL, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, NULL, dq8);
     to_host(got, dout, m * ldo * sizeof(float));
     check_close(got, want, m * ldo, 5e-5, "attention over spans (positions up to 3000, launches of 3 rows)");
     cuk_quantize_q8(g_ctx, dq8ref, dout, ldo, m, nh * hdv);
@@ -623,7 +624,7 @@ static void test_attention_spans(krng *r) {
     to_host(a, dq8, q8b);
     to_host(b, dq8ref, q8b);
     if (memcmp(a, b, q8b) != 0) ktest_fail("attention over spans: its q8 output differs from cuk_quantize_q8");
-    cuk_attention_at(g_ctx, dout, ldo, dq, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, NULL);
+    cuk_attention_at(g_ctx, dout, ldo, dq, NULL, NULL, dk, dv, DTYPE_F16, m, drows, nh, nkv, hd, hdv, scale, NULL, NULL);
     to_host(again, dout, m * ldo * sizeof(float));
     if (memcmp(again, got, m * ldo * sizeof(float)) != 0) ktest_fail("attention over spans: a second call differs");
     printf("attention over spans: %d rows checked\n", m);
@@ -646,6 +647,129 @@ static void test_attention_spans(krng *r) {
     free(want);
     free(got);
     free(again);
+}
+
+/* cuk_attention_at given q, k and v before RoPE (the decode graph's form) against cuk_rope_store
+ * and then cuk_attention_at of the rotated rows: the same output, q8 output and caches, to the
+ * bit, and q left as it was. Rows of four sequences, one of them 5 rows at positions 254..258
+ * (across the border of 256-position spans), with one block per row and with spans in launches
+ * of 3 rows (a sequence's rows in an earlier launch are in the cache by the next). */
+static void test_attention_rope(krng *r) {
+    struct { int n_head, n_head_kv; int64_t hd, hdv, n_rot; int neox, norm; enum dtype kv; } cases[] = {
+        {32, 8, 128, 128, 128, 0, 0, DTYPE_F16}, {14, 2, 64, 64, 64, 1, 0, DTYPE_F16},
+        {16, 4, 128, 128, 128, 1, 1, DTYPE_F16}, {6, 2, 80, 96, 48, 0, 1, DTYPE_F32},
+        {3, 1, 66, 66, 64, 1, 1, DTYPE_F32},     {4, 2, 256, 256, 256, 0, 0, DTYPE_F16},
+    };
+    enum { M = 8, N_SEQ = 4 };
+    const int64_t n_ctx = 1024; /* positions per sequence */
+    const int64_t places[M][2] = {{17, 0}, {40, 2}, {254, 1}, {255, 1}, {256, 1}, {257, 1}, {258, 1}, {0, 3}};
+    int64_t rows[2 * M];
+    for (int i = 0; i < M; i++) {
+        rows[2 * i] = places[i][0];
+        rows[2 * i + 1] = places[i][1] * n_ctx;
+    }
+    int checked = 0;
+    for (size_t ci = 0; ci < NM_ARRAY_LEN(cases); ci++)
+        for (int sp = 0; sp < 2; sp++) {
+            const int nh = cases[ci].n_head, nkv = cases[ci].n_head_kv;
+            const int64_t hd = cases[ci].hd, hdv = cases[ci].hdv, nr = cases[ci].n_rot;
+            const int64_t qd = nh * hd, kd = nkv * hd, vd = nkv * hdv, ldo = nh * hdv;
+            const size_t es = cases[ci].kv == DTYPE_F16 ? 2 : 4, n_cache = (size_t)(N_SEQ * n_ctx);
+            char why[256], what[160];
+            snprintf(what, sizeof what, "attention with RoPE heads=%d/%d head_dim=%lld/%lld n_rot=%lld neox=%d norm=%d %s%s",
+                     nh, nkv, (long long)hd, (long long)hdv, (long long)nr, cases[ci].neox, cases[ci].norm,
+                     cases[ci].kv == DTYPE_F16 ? "f16" : "f32", sp ? " spans" : "");
+            if (cuk_ctx_reserve_attention(g_ctx, sp ? 3 : 0, nh, hdv, sp ? n_ctx : 0, why, sizeof why)) {
+                ktest_fail("%s: reserving attention spans: %s", what, why);
+                continue;
+            }
+            float nw[256], kw[256];
+            for (int i = 0; i < hd; i++) {
+                nw[i] = 1.0f + 0.2f * krng_normal(r);
+                kw[i] = 1.0f + 0.2f * krng_normal(r);
+            }
+            float *table = malloc(n_ctx * nr * sizeof(float));
+            for (int64_t p = 0; p < n_ctx; p++) op_rope_cache(table + p * nr, p, nr, 1e4f, 1.0f, NULL);
+            float *q = malloc(M * qd * sizeof(float)), *k = malloc(M * kd * sizeof(float)), *v = malloc(M * vd * sizeof(float));
+            krng_acts(r, q, M * qd);
+            krng_acts(r, k, M * kd);
+            krng_acts(r, v, M * vd);
+            for (int64_t i = 0; i < M * qd; i++) q[i] *= 0.05f; /* keep the softmax from being one-hot */
+            /* the caches: every sequence's earlier positions (and the rest) hold other values */
+            float *fill = malloc(n_cache * (kd + vd) * sizeof(float));
+            krng_acts(r, fill, (int64_t)n_cache * (kd + vd));
+            uint8_t *kc = malloc(n_cache * kd * es), *vc = malloc(n_cache * vd * es);
+            op_store_kv(kc, fill, (int64_t)n_cache * kd, cases[ci].kv);
+            op_store_kv(vc, fill + n_cache * kd, (int64_t)n_cache * vd, cases[ci].kv);
+            float *dt = dev_from(table, n_ctx * nr * sizeof(float)), *dn = dev_from(nw, hd * sizeof(float)),
+                  *dkn = dev_from(kw, hd * sizeof(float));
+            int64_t *drows = dev_from(rows, sizeof rows);
+            const struct cuk_rope rope = {.q_norm = cases[ci].norm ? dn : NULL, .k_norm = cases[ci].norm ? dkn : NULL,
+                                          .eps = 1e-6f, .cos_sin = dt, .n_rot = nr, .neox = cases[ci].neox};
+            const float scale = 1.0f / sqrtf((float)hd);
+            const size_t q8b = cuk_q8_bytes(M, ldo), ob = M * ldo * sizeof(float);
+            /* [0]: cuk_rope_store, then attention of the rotated rows; [1]: one launch */
+            float *dq[2], *dk[2], *dv[2], *dout[2];
+            void *dkc[2], *dvc[2], *dq8[2];
+            for (int w = 0; w < 2; w++) {
+                dq[w] = dev_from(q, M * qd * sizeof(float));
+                dk[w] = dev_from(k, M * kd * sizeof(float));
+                dv[w] = dev_from(v, M * vd * sizeof(float));
+                dkc[w] = dev_from(kc, n_cache * kd * es);
+                dvc[w] = dev_from(vc, n_cache * vd * es);
+                dout[w] = cuk_malloc(g_ctx, ob, "out", NULL, 0);
+                dq8[w] = hdv % 32 == 0 ? cuk_malloc(g_ctx, q8b, "q8", NULL, 0) : NULL;
+            }
+            cuk_rope_store(g_ctx, dq[0], dk[0], dv[0], M, nh, nkv, hd, hdv, &rope, dkc[0], dvc[0], cases[ci].kv, drows);
+            cuk_attention_at(g_ctx, dout[0], ldo, dq[0], NULL, NULL, dkc[0], dvc[0], cases[ci].kv, M, drows, nh, nkv, hd,
+                             hdv, scale, NULL, dq8[0]);
+            cuk_attention_at(g_ctx, dout[1], ldo, dq[1], dk[1], dv[1], dkc[1], dvc[1], cases[ci].kv, M, drows, nh, nkv,
+                             hd, hdv, scale, &rope, dq8[1]);
+            const size_t big = NM_MAX(NM_MAX(ob, q8b), n_cache * NM_MAX(kd, vd) * es);
+            uint8_t *a = malloc(big), *b = malloc(big);
+            to_host(a, dout[0], ob);
+            to_host(b, dout[1], ob);
+            if (memcmp(a, b, ob) != 0) ktest_fail("%s: the output differs from rope_store + attention", what);
+            if (dq8[0]) {
+                to_host(a, dq8[0], q8b);
+                to_host(b, dq8[1], q8b);
+                if (memcmp(a, b, q8b) != 0) ktest_fail("%s: the q8 output differs from rope_store + attention", what);
+            }
+            to_host(a, dkc[0], n_cache * kd * es);
+            to_host(b, dkc[1], n_cache * kd * es);
+            if (memcmp(a, b, n_cache * kd * es) != 0) ktest_fail("%s: the K cache differs from rope_store's", what);
+            to_host(a, dvc[0], n_cache * vd * es);
+            to_host(b, dvc[1], n_cache * vd * es);
+            if (memcmp(a, b, n_cache * vd * es) != 0) ktest_fail("%s: the V cache differs from rope_store's", what);
+            to_host(a, dq[1], M * qd * sizeof(float));
+            if (memcmp(a, q, M * qd * sizeof(float)) != 0) ktest_fail("%s: q was changed", what);
+            for (int w = 0; w < 2; w++) {
+                cuk_free(dq[w]);
+                cuk_free(dk[w]);
+                cuk_free(dv[w]);
+                cuk_free(dkc[w]);
+                cuk_free(dvc[w]);
+                cuk_free(dout[w]);
+                cuk_free(dq8[w]);
+            }
+            cuk_free(dt);
+            cuk_free(dn);
+            cuk_free(dkn);
+            cuk_free(drows);
+            free(table);
+            free(q);
+            free(k);
+            free(v);
+            free(fill);
+            free(kc);
+            free(vc);
+            free(a);
+            free(b);
+            checked++;
+        }
+    char why[256];
+    cuk_ctx_reserve_attention(g_ctx, 0, 0, 0, 0, why, sizeof why); /* back to one block per row */
+    printf("attention with RoPE: %d cases checked\n", checked);
 }
 
 static void test_attention(krng *r) {
@@ -720,7 +844,8 @@ static void test_attention(krng *r) {
              * bytes cuk_quantize_q8 gives from the f32 output */
             const size_t q8b = cuk_q8_bytes(m, nh * hdv);
             void *dq8 = hdv % 32 == 0 ? cuk_malloc(g_ctx, q8b, "q8", NULL, 0) : NULL;
-            cuk_attention_at(g_ctx, dout, ldo, dq, dk2, dv2, cases[ci].kv, m, drows, nh, nkv, hd, hdv, scale, dq8);
+            cuk_attention_at(g_ctx, dout, ldo, dq, NULL, NULL, dk2, dv2, cases[ci].kv, m, drows, nh, nkv, hd, hdv, scale, NULL,
+                             dq8);
             to_host(got2, dout, m * ldo * sizeof(float));
             if (tc) check_close(got2, want, m * ldo, 5e-5, what);
             else if (memcmp(got2, got, m * ldo * sizeof(float)) != 0)
@@ -905,6 +1030,7 @@ int main(int argc, char **argv) {
     test_norm_rope(&r);
     test_attention(&r);
     test_attention_spans(&r);
+    test_attention_rope(&r);
     test_moe(&r);
     test_topk(&r);
     cuk_ctx_free(g_ctx);
