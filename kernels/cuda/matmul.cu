@@ -265,6 +265,22 @@ __device__ __forceinline__ A8 act8(const int8_t *__restrict__ aq, int u) {
     return A8{{a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w}};
 }
 
+/* A block of 2 + 4N bytes at p (2-byte aligned, in a GEMV stage): its first 16 bits, returned,
+ * and the N words after them, from N + 1 aligned 4-byte loads and funnel shifts instead of
+ * 2N + 1 2-byte loads. It reads up to 2 bytes on either side of the block (the stage holds
+ * them: a stage of an even number of units ends on an odd one, which starts 2 bytes into a
+ * word). */
+template <int N> __device__ __forceinline__ uint16_t ld_blk_a2(const uint8_t *p, uint32_t (&q)[N]) {
+    const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+    const int sh = (int)((uintptr_t)p & 2) * 8; /* 0, or 16 when p is 2 bytes into a word */
+    uint32_t w[N + 1];
+#pragma unroll
+    for (int i = 0; i <= N; i++) w[i] = a[i];
+#pragma unroll
+    for (int t = 0; t < N; t++) q[t] = __funnelshift_rc(w[t], w[t + 1], 16 + sh);
+    return (uint16_t)(w[0] >> sh);
+}
+
 /* unit() and dot() of a 32-value type Q from its scal(), words() and step() */
 template <class Q, class S> struct QV32 {
     static constexpr int UV = 32; /* values per unit */
@@ -315,6 +331,18 @@ template <> struct QV<DTYPE_Q4_0> : QV32<QV<DTYPE_Q4_0>, S_d> {
     static __device__ __forceinline__ float step(const S_d &s, int sum, cuk_q8s a) {
         return s.d * a.d * (float)(sum - 8 * a.isum);
     }
+    /* the GEMV's whole unit: words()' codes from aligned loads (ld_blk_a2) */
+    static __device__ __forceinline__ W unit(const uint8_t *__restrict__ row, int u) {
+        uint32_t x[4];
+        W w;
+        w.s = S_d{h2f(ld_blk_a2<4>(row + (size_t)u * 18, x))};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            w.q[t] = nib_lo(x[t]);
+            w.q[4 + t] = nib_hi(x[t]);
+        }
+        return w;
+    }
 };
 
 struct S_dm {
@@ -345,6 +373,15 @@ template <> struct QV<DTYPE_Q8_0> : QV32<QV<DTYPE_Q8_0>, S_d> {
         *hi = (int)ld32_a2(q + 16 + 4 * t);
     }
     static __device__ __forceinline__ float step(const S_d &s, int sum, cuk_q8s a) { return s.d * a.d * (float)sum; }
+    /* the GEMV's whole unit: words()' codes from aligned loads (ld_blk_a2) */
+    static __device__ __forceinline__ W unit(const uint8_t *__restrict__ row, int u) {
+        uint32_t x[8];
+        W w;
+        w.s = S_d{h2f(ld_blk_a2<8>(row + (size_t)u * 34, x))};
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = (int)x[i];
+        return w;
+    }
 };
 
 /* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u; its
