@@ -632,12 +632,15 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
  * are added in warp order: the same bits every run for a given row count, though not the GEMV's
  * (which sums in another order), so on the GPU a row's low bits depend on whether its step had
  * fewer than MQ_MIN_ROWS rows. NT: n-tiles of 8 activation rows. */
+#ifndef NM_MQ_UNROLL
+#define NM_MQ_UNROLL 8 /* (a build option for measurements: units of a whole chunk unrolled) */
+#endif
 #ifndef NM_MQ_WARPS
 #define NM_MQ_WARPS 8 /* (a build option for measurements: -DNM_MQ_WARPS=4 in CMAKE_CUDA_FLAGS) */
 #endif
 /* (job 31, H100, llama-3-8b layer of 16 rows: 4 warps and the unit loop rolled 262 / 410 / 285
  * us for Q4_0 / Q4_K / Q8_0, 8 warps and unrolled 211 / 208 / 227) */
-constexpr int MQ_WARPS = NM_MQ_WARPS, MQ_CU = 8, MQ_DEPTH = 3;
+constexpr int MQ_WARPS = NM_MQ_WARPS, MQ_CU = 8, MQ_DEPTH = 3, MQ_UNROLL = NM_MQ_UNROLL;
 /* From this many rows on (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x this
  * kernel's time, at 4 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
 constexpr int MQ_MIN_ROWS = 5;
@@ -654,8 +657,17 @@ __device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
 #endif
 }
 
+/* Blocks per SM the registers must allow (launch bounds: at most 128 registers a thread). Job
+ * 14, H100, one llama-3-8b layer at 8 / 12 / 16 rows, us: the whole-chunk loop unrolled as it
+ * stands, Q4_0 125 / 159 / 189, Q4_K 122 / 155 / 182, Q8_0 142 / 165 / 196 (the loop before, with
+ * an exit in it: 151 / 181 / 212, 142 / 177 / 208, 164 / 194 / 224); without the bound the
+ * compiler took 142 registers for Q4_0 at 16 rows (one block per SM: 225 us); with 3 blocks (80
+ * registers, spills) 122 / 169 / 201. */
+#ifndef NM_MQ_MIN_BLOCKS
+#define NM_MQ_MIN_BLOCKS 2 /* (a build option for measurements) */
+#endif
 template <class Q, int NT>
-__global__ void __launch_bounds__(MQ_WARPS * 32)
+__global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
     mmq_kernel(gemv_q8_outs o, size_t row_bytes, int units, int chunk_bytes, const int8_t *__restrict__ aq,
                const cuk_q8s *__restrict__ as, int64_t k, int m, int vec) {
     extern __shared__ __align__(16) uint8_t mq_stage[]; /* [MQ_WARPS][MQ_DEPTH][16][chunk_bytes] */
@@ -699,9 +711,7 @@ __global__ void __launch_bounds__(MQ_WARPS * 32)
         const uint8_t *st = buf + (it % MQ_DEPTH) * 16 * chunk_bytes;
         const uint8_t *rg = st + g * chunk_bytes, *rg8 = st + (g + 8) * chunk_bytes;
         const int u0 = (c_first + it) * MQ_CU, nu = NM_MIN(MQ_CU, units - u0);
-#pragma unroll
-        for (int ui = 0; ui < MQ_CU; ui++) {
-            if (ui >= nu) break;
+        auto unit = [&](int ui) {
             int a[4];
             Q::words(rg, ui, t, &a[0], &a[2]);
             Q::words(rg8, ui, t, &a[1], &a[3]);
@@ -719,6 +729,12 @@ __global__ void __launch_bounds__(MQ_WARPS * 32)
                 acc[nt][2] += Q::step(sg8, c[2], sa);
                 acc[nt][3] += Q::step(sg8, c[3], sb);
             }
+        };
+        if (nu == MQ_CU) { /* a whole chunk: no exit in the unrolled loop, so loads can be issued early */
+#pragma unroll MQ_UNROLL
+            for (int ui = 0; ui < MQ_CU; ui++) unit(ui);
+        } else {
+            for (int ui = 0; ui < nu; ui++) unit(ui);
         }
         __syncwarp(); /* every lane is done with this buffer before it is refilled */
     }
