@@ -17,10 +17,16 @@ const char *nm_log_origin(void) { return g_origin; }
 void nm_fatal_set_hook(void (*hook)(int code)) { g_fatal_hook = hook; }
 const char *nm_strerror_errno(void) { return strerror(errno); }
 
+/* One write per line (stderr is unbuffered, and fprintf may write a line in pieces): under
+ * mpirun the ranks' lines then arrive whole, not spliced into each other. */
 static void vlog(FILE *f, const char *tag, const char *fmt, va_list ap) {
     char line[4096];
-    vsnprintf(line, sizeof line, fmt, ap);
-    fprintf(f, "[%s] %s%s\n", g_origin, tag, line);
+    int n = snprintf(line, sizeof line, "[%s] %s", g_origin, tag);
+    if (n < 0 || n >= (int)sizeof line - 1) n = 0;
+    const int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    if (m > 0) n += NM_MIN(m, (int)(sizeof line - (size_t)n - 2));
+    line[n++] = '\n';
+    fwrite(line, 1, (size_t)n, f);
     fflush(f);
 }
 

@@ -87,8 +87,9 @@ enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b,
 enum nm_status engine_eval(struct engine *e, const int32_t *tokens, int n, bool logits_all, float *logits,
                            char *err, size_t errlen);
 /* A logits buffer of `rows` rows of this rank's vocabulary slice, for engine_eval(_batch): the
- * engine's own, valid until the next call that asks for more rows or engine_free. With the GPU
- * stage in this process it is page-locked, so the logits come straight from the device. */
+ * engine's own (never NULL; the caller does not free it), valid until engine_free or a call that
+ * asks for more rows (which frees it: one holder per engine). With the GPU stage in this process
+ * and up to 64 MiB it is page-locked, so the logits come straight from the device. */
 float *engine_logits_buffer(struct engine *e, int rows);
 
 /* Sampling the next token from the last evaluated position, collective: every rank returns it.

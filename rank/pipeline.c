@@ -177,12 +177,29 @@ void pipeline_remote_exit(struct coll *world, int peer) {
     coll_send(world, &q, sizeof q, peer, PIPE_TAG_REQ);
 }
 
+/* The GPU rank's logits buffer (page-locked up to PIPELINE_PINNED_LOGITS_MAX), grown to `bytes`,
+ * or freed when bytes is 0. */
+struct logits_buf {
+    float *p;
+    size_t bytes;
+    bool pinned;
+};
+static float *logits_buf_get(struct logits_buf *b, size_t bytes) {
+    if (bytes && bytes <= b->bytes) return b->p;
+    if (b->pinned) cuk_host_free(b->p);
+    else nm_free(b->p);
+    *b = (struct logits_buf){.bytes = bytes, .pinned = bytes <= PIPELINE_PINNED_LOGITS_MAX};
+    if (bytes) b->p = b->pinned ? cuk_host_alloc(bytes, "GPU rank logits") : nm_alloc(bytes, 64, "GPU rank logits");
+    return b->p;
+}
+
 void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, const struct model_config *cfg) {
     const int64_t n_embd = cfg->n_embd, n_vocab = cfg->n_vocab;
     struct gpu_stage *g = NULL;
-    float *hidden = NULL, *logits = NULL;
+    float *hidden = NULL;
     uint8_t *rows = NULL;
     int cap = 0;
+    struct logits_buf lb = {0};
     for (;;) {
         struct pipe_req q;
         coll_recv(world, &q, sizeof q, peer, PIPE_TAG_REQ);
@@ -227,12 +244,9 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             NM_ASSERT(g && q.n > 0 && q.logits >= 0 && q.logits <= q.n);
             if (q.n > cap) {
                 nm_free(hidden);
-                cuk_host_free(logits);
                 free(rows);
                 cap = q.n;
                 hidden = nm_alloc((size_t)cap * (size_t)n_embd * sizeof(float), 64, "GPU rank hidden states");
-                /* page-locked: the stage copies the logits straight into it */
-                logits = cuk_host_alloc((size_t)cap * (size_t)n_vocab * sizeof(float), "GPU rank logits");
                 rows = malloc(rows_bytes(cap));
                 NM_ASSERT(rows);
             }
@@ -246,7 +260,8 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             memcpy(pos, rows + (size_t)q.n * sizeof *seq, (size_t)q.n * sizeof *pos);
             for (int i = 0; i < q.n; i++) ask[i] = rows[(size_t)q.n * 12 + (size_t)i] != 0;
             const struct stage_batch b = {.n = q.n, .hidden = hidden, .seq = seq, .pos = pos, .logits = ask};
-            rep.status = (int32_t)gpu_stage_eval_batch(g, &b, q.logits ? logits : NULL, rep.msg, sizeof rep.msg);
+            float *logits = q.logits ? logits_buf_get(&lb, (size_t)q.logits * (size_t)n_vocab * sizeof(float)) : NULL;
+            rep.status = (int32_t)gpu_stage_eval_batch(g, &b, logits, rep.msg, sizeof rep.msg);
             free(seq);
             free(pos);
             free(ask);
@@ -259,7 +274,7 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
         default: nm_fatal("GPU rank: unknown pipeline request %d from rank %d", (int)q.op, peer);
         }
     }
-    cuk_host_free(logits);
+    logits_buf_get(&lb, 0);
     gpu_stage_free(g);
     nm_free(hidden);
     free(rows);

@@ -35,6 +35,12 @@ struct stage_batch {
     const bool *logits;
 };
 
+/* Logits buffers the stage fills are page-locked up to this size (a decode step's rows: 128
+ * rows of a 128k vocabulary), so the logits come straight from the device; larger ones
+ * (perplexity's batches, --dump-logits of a long prompt) are plain memory, filled through the
+ * stage's staging buffer, as page-locked memory is scarce. */
+#define PIPELINE_PINNED_LOGITS_MAX ((size_t)64 << 20)
+
 struct pipeline_stage_ops {
     /* Evaluate the rows; logits: NULL, or [rows asking][n_vocab] in row order. Any length: the
      * stage chunks. */
@@ -47,9 +53,10 @@ struct pipeline_stage_ops {
     void (*keep)(void *ctx, int seq, int64_t n);
     /* Release the stage (remote: tell the GPU rank to stop serving). */
     void (*close)(void *ctx);
-    /* Host memory that eval copies logits into directly (local: page-locked), or NULL ops: any
-     * memory will do. Freed before close. */
+    /* Host memory that eval copies logits into directly (local: page-locked, cuk_host_alloc);
+     * NULL (remote): plain memory (nm_alloc) serves as well. Freed before close. */
     void *(*host_alloc)(void *ctx, size_t bytes, const char *what);
+    /* Frees host_alloc's memory; NULL where host_alloc is. */
     void (*host_free)(void *ctx, void *p);
 };
 

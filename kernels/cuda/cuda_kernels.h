@@ -207,9 +207,10 @@ void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m
 /* cuk_attention of m rows, each over its own sequence's positions 0 .. its position (rows as
  * above). rope NULL: q is rotated and every row's K and V are in the caches (cuk_rope_store);
  * k and v are not read. Otherwise q, k and v are the rows before RoPE, as cuk_rope_store takes
- * them, and the launch does what cuk_rope_store would (the same bytes in the caches, q left as
- * it is) before it attends: one kernel instead of two. The rows of a sequence must then be
- * adjacent at consecutive positions (kv_batch_check's rule). out_q8, when not NULL (head_dim_v a
+ * them, and the launch does what cuk_rope_store would (the same bytes in the caches; q, k and v
+ * left as they are) before it attends: one kernel instead of two. Several of its blocks store
+ * each new K and V row, the same bytes (ops.cu's attn_kernel says why that holds). The rows of
+ * a sequence must then be adjacent at consecutive positions (kv_batch_check's rule). out_q8, when not NULL (head_dim_v a
  * multiple of 32, ldo = n_head * head_dim_v): the output rows' q8 too, as cuk_quantize_q8 writes
  * it (the next matmul's input, in the same launch). */
 void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, const float *q, const float *k, const float *v,

@@ -267,9 +267,12 @@ __device__ __forceinline__ A8 act8(const int8_t *__restrict__ aq, int u) {
 
 /* A block of 2 + 4N bytes at p (2-byte aligned, in a GEMV stage): its first 16 bits, returned,
  * and the N words after them, from N + 1 aligned 4-byte loads and funnel shifts instead of
- * 2N + 1 2-byte loads. It reads up to 2 bytes on either side of the block (the stage holds
- * them: a stage of an even number of units ends on an odd one, which starts 2 bytes into a
- * word). */
+ * 2N + 1 2-byte loads. It reads 2 bytes before the block (p 2 bytes into a word) or 2 after it
+ * (p on a word), whose values are shifted out. Within the stage buffer: a block 2 bytes into a
+ * word is never the stage's first (stages start 16-byte aligned), and one on a word is never a
+ * full stage's last (a full stage has an even number of blocks, GQ_STAGE being even, so its last
+ * block starts 2 bytes into a word); a partial stage's last block reads 2 bytes of the stage's
+ * unused tail. Only for stage buffers: a row in global memory has no such slack. */
 template <int N> __device__ __forceinline__ uint16_t ld_blk_a2(const uint8_t *p, uint32_t (&q)[N]) {
     const uint32_t *a = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
     const int sh = (int)((uintptr_t)p & 2) * 8; /* 0, or 16 when p is 2 bytes into a word */
@@ -523,6 +526,7 @@ __device__ __forceinline__ gq_out gq_find(const gemv_q8_outs &o, int row) {
 constexpr int GQ_WARPS = 4;       /* warps per block of the q8 GEMV */
 constexpr int GQ_MAX_ROWS = 8;    /* activation rows per GEMV launch (more: several passes) */
 constexpr int GQ_STAGE = 128;     /* units of a row a warp stages at a time (64 where that exceeds GQ_STAGE_MAX) */
+static_assert(GQ_STAGE % 4 == 0, "ld_blk_a2 relies on stages (and their halves) of an even number of blocks");
 constexpr int GQ_STAGE_MAX = 4608; /* bytes of one stage */
 #ifndef NM_GQ_DEPTH
 #define NM_GQ_DEPTH 2 /* (a build option for measurements: -DNM_GQ_DEPTH=3 in CMAKE_CUDA_FLAGS) */
@@ -711,7 +715,7 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
         const uint8_t *st = buf + (it % MQ_DEPTH) * 16 * chunk_bytes;
         const uint8_t *rg = st + g * chunk_bytes, *rg8 = st + (g + 8) * chunk_bytes;
         const int u0 = (c_first + it) * MQ_CU, nu = NM_MIN(MQ_CU, units - u0);
-        auto unit = [&](int ui) {
+        auto unit_step = [&](int ui) {
             int a[4];
             Q::words(rg, ui, t, &a[0], &a[2]);
             Q::words(rg8, ui, t, &a[1], &a[3]);
@@ -732,9 +736,9 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
         };
         if (nu == MQ_CU) { /* a whole chunk: no exit in the unrolled loop, so loads can be issued early */
 #pragma unroll MQ_UNROLL
-            for (int ui = 0; ui < MQ_CU; ui++) unit(ui);
+            for (int ui = 0; ui < MQ_CU; ui++) unit_step(ui);
         } else {
-            for (int ui = 0; ui < nu; ui++) unit(ui);
+            for (int ui = 0; ui < nu; ui++) unit_step(ui);
         }
         __syncwarp(); /* every lane is done with this buffer before it is refilled */
     }

@@ -149,7 +149,7 @@ struct rope_args {
     int64_t n_rot;
     int neox;
 };
-rope_args rope_of(const struct cuk_rope *r) {
+rope_args rope_args_of(const struct cuk_rope *r) {
     return r ? rope_args{r->q_norm, r->k_norm, r->cos_sin, r->eps, r->n_rot, r->neox} : rope_args{};
 }
 
@@ -250,6 +250,13 @@ __device__ __forceinline__ void kv_rows(const KT *base, int64_t stride, int j0, 
  * row of one span is written as without splits. Otherwise each span's block leaves its running
  * max, sum and unnormalized output in scratch and counts itself in cnt; the last of them adds
  * the spans in span order (the same bits whichever finished last) and resets the count.
+ * k, v (rows only, with ra): the rows' K and V before RoPE, and q too; the block rotates its q
+ * head (norm_rope_head, into shared memory) and stores, before it attends, the K and V rows of
+ * its sequence's rows in this launch whose positions fall in its span: the bytes
+ * rope_store_kernel stores. Other blocks (the group's other heads, the sequence's later rows)
+ * store the same rows at the same time; that is sound only because every block computes them
+ * to the same bits (the fixed-order sum in norm_rope_head), so a change that lets them differ
+ * (a block-size-dependent reduction, atomics) is a correctness bug, not a rounding change.
  * V4: the rows allow vector loads (head dims multiples of 4, aligned caches). DC: 128-value
  * chunks of the longer head (of K or V). */
 template <typename KT, int DC, bool V4>
@@ -402,11 +409,11 @@ __global__ void __launch_bounds__(ATT_T)
     }
     __syncthreads();
     if (oq) { /* a warp per 32 output values, their q8 block as cuk_quantize_q8 writes it */
-        const int64_t k = (int64_t)n_head * hdv;
+        const int64_t kq = (int64_t)n_head * hdv;
         for (int d0 = warp * 32; d0 < hdv; d0 += ATT_T) {
             const float o = part[0][d0 + lane] * inv;
             out[(int64_t)i * ldo + (int64_t)h * hdv + d0 + lane] = o;
-            const int64_t e = (int64_t)i * k + (int64_t)h * hdv + d0;
+            const int64_t e = (int64_t)i * kq + (int64_t)h * hdv + d0;
             cuk_q8_warp_store(o, oq + e, os + e / 32);
         }
         return;
@@ -893,7 +900,7 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
     const bool v4 = head_dim % 4 == 0 && head_dim_v % 4 == 0 && ((uintptr_t)k_cache & 15) == 0 &&
                    ((uintptr_t)v_cache & 15) == 0;
     const int dc = (int)(NM_MAX(head_dim, head_dim_v) + 127) / 128;
-    const rope_args ra = rope_of(rope);
+    const rope_args ra = rope_args_of(rope);
     if (!rope) k = v = NULL;
     if (kv_type == DTYPE_F32)
         attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, k, v, (float *)k_cache, (float *)v_cache, k_row,
@@ -956,11 +963,11 @@ extern "C" void cuk_attention_at(struct cuk_ctx *c, float *out, int64_t ldo, con
 extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const float *v, int m, int n_head, int n_head_kv,
                                int64_t head_dim, int64_t head_dim_v, const struct cuk_rope *rope, void *k_cache,
                                void *v_cache, enum dtype kv_type, const int64_t *rows) {
-    NM_ASSERT(head_dim <= 1024 && rope->n_rot <= head_dim && rope->n_rot % 2 == 0);
+    NM_ASSERT(rope && head_dim <= 1024 && rope->n_rot <= head_dim && rope->n_rot % 2 == 0);
     if (m < 1) return;
     const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
-    const rope_args ra = rope_of(rope);
+    const rope_args ra = rope_args_of(rope);
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "rope_store", rope_store_kernel<float>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
                    k_row, v_row, ra, (float *)k_cache, (float *)v_cache, rows);

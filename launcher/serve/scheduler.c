@@ -185,7 +185,8 @@ struct serve_sched *serve_sched_init(struct session *s, const struct serve_sched
     sc->st.samples = calloc((size_t)B, sizeof *sc->st.samples);
     NM_ASSERT(sc->st.token && sc->st.pos && sc->st.seq && sc->st.want && sc->st.want_b && sc->st.starts &&
               sc->st.samples);
-    sc->logits = engine_logits_buffer(sc->e, B);
+    /* a step's rows that ask for logits: one per slot at most (form_batch) */
+    sc->logits = engine_logits_buffer(sc->e, NM_MIN(B, sc->n_slots));
     int64_t eos = -1;
     if (gguf_get_int(s->m->file, "tokenizer.ggml.eos_token_id", &eos, NULL, 0) != NM_OK) eos = -1;
     sc->eos = (int32_t)eos;

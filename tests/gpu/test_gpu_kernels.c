@@ -651,18 +651,20 @@ static void test_attention_spans(krng *r) {
 
 /* cuk_attention_at given q, k and v before RoPE (the decode graph's form) against cuk_rope_store
  * and then cuk_attention_at of the rotated rows: the same output, q8 output and caches, to the
- * bit, and q left as it was. Rows of four sequences, one of them 5 rows at positions 254..258
- * (across the border of 256-position spans), with one block per row and with spans in launches
- * of 3 rows (a sequence's rows in an earlier launch are in the cache by the next). */
+ * bit, and q, k and v left as they were. Rows of five sequences, one of them 5 rows at positions
+ * 254..258 (across the border of 256-position spans), two adjacent rows of different sequences
+ * at consecutive positions, with one block per row and with spans in launches of 3 rows (a
+ * sequence's rows in an earlier launch are in the cache by the next). */
 static void test_attention_rope(krng *r) {
     struct { int n_head, n_head_kv; int64_t hd, hdv, n_rot; int neox, norm; enum dtype kv; } cases[] = {
         {32, 8, 128, 128, 128, 0, 0, DTYPE_F16}, {14, 2, 64, 64, 64, 1, 0, DTYPE_F16},
         {16, 4, 128, 128, 128, 1, 1, DTYPE_F16}, {6, 2, 80, 96, 48, 0, 1, DTYPE_F32},
         {3, 1, 66, 66, 64, 1, 1, DTYPE_F32},     {4, 2, 256, 256, 256, 0, 0, DTYPE_F16},
+        {2, 1, 512, 512, 512, 1, 1, DTYPE_F16},
     };
-    enum { M = 8, N_SEQ = 4 };
+    enum { M = 9, N_SEQ = 5 };
     const int64_t n_ctx = 1024; /* positions per sequence */
-    const int64_t places[M][2] = {{17, 0}, {40, 2}, {254, 1}, {255, 1}, {256, 1}, {257, 1}, {258, 1}, {0, 3}};
+    const int64_t places[M][2] = {{17, 0}, {40, 2}, {41, 4}, {254, 1}, {255, 1}, {256, 1}, {257, 1}, {258, 1}, {0, 3}};
     int64_t rows[2 * M];
     for (int i = 0; i < M; i++) {
         rows[2 * i] = places[i][0];
@@ -683,7 +685,7 @@ static void test_attention_rope(krng *r) {
                 ktest_fail("%s: reserving attention spans: %s", what, why);
                 continue;
             }
-            float nw[256], kw[256];
+            float nw[512], kw[512];
             for (int i = 0; i < hd; i++) {
                 nw[i] = 1.0f + 0.2f * krng_normal(r);
                 kw[i] = 1.0f + 0.2f * krng_normal(r);
@@ -725,7 +727,7 @@ static void test_attention_rope(krng *r) {
                              hdv, scale, NULL, dq8[0]);
             cuk_attention_at(g_ctx, dout[1], ldo, dq[1], dk[1], dv[1], dkc[1], dvc[1], cases[ci].kv, M, drows, nh, nkv,
                              hd, hdv, scale, &rope, dq8[1]);
-            const size_t big = NM_MAX(NM_MAX(ob, q8b), n_cache * NM_MAX(kd, vd) * es);
+            const size_t big = NM_MAX(NM_MAX(ob, q8b), NM_MAX(n_cache * NM_MAX(kd, vd) * es, M * qd * sizeof(float)));
             uint8_t *a = malloc(big), *b = malloc(big);
             to_host(a, dout[0], ob);
             to_host(b, dout[1], ob);
@@ -743,6 +745,10 @@ static void test_attention_rope(krng *r) {
             if (memcmp(a, b, n_cache * vd * es) != 0) ktest_fail("%s: the V cache differs from rope_store's", what);
             to_host(a, dq[1], M * qd * sizeof(float));
             if (memcmp(a, q, M * qd * sizeof(float)) != 0) ktest_fail("%s: q was changed", what);
+            to_host(a, dk[1], M * kd * sizeof(float));
+            if (memcmp(a, k, M * kd * sizeof(float)) != 0) ktest_fail("%s: k was changed", what);
+            to_host(a, dv[1], M * vd * sizeof(float));
+            if (memcmp(a, v, M * vd * sizeof(float)) != 0) ktest_fail("%s: v was changed", what);
             for (int w = 0; w < 2; w++) {
                 cuk_free(dq[w]);
                 cuk_free(dk[w]);

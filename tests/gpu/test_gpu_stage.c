@@ -247,7 +247,12 @@ int main(int argc, char **argv) {
     /* ---- GPU runs ---- */
     int64_t firsts[4] = {0, 1, L / 2, L};
     const double tol = tolerance(type);
-    float *gpu_logits = malloc((size_t)((prompt_rows + n_gen) * V) * sizeof(float));
+    /* page-locked, as engine_logits_buffer's: the stage copies the logits straight into it
+     * (multi_seq_batch's plain buffer takes the staging path) */
+    float *gpu_logits = cuk_host_alloc((size_t)((prompt_rows + n_gen) * V) * sizeof(float), "test logits");
+    if (!cuk_host_pinned(gpu_logits) || !cuk_host_pinned(gpu_logits + V) || cuk_host_pinned(cpu_logits))
+        FAIL("cuk_host_pinned: %d for cuk_host_alloc's memory, %d inside it, %d for malloc's (want 1, 1, 0)",
+             cuk_host_pinned(gpu_logits), cuk_host_pinned(gpu_logits + V), cuk_host_pinned(cpu_logits));
     for (int fi = 0; fi < 4; fi++) {
         const int64_t lf = firsts[fi];
         bool seen = false;
@@ -355,7 +360,7 @@ int main(int argc, char **argv) {
                                         (unsigned long long)after, (unsigned long long)up);
         gpu_stage_free(s);
     }
-    free(gpu_logits);
+    cuk_host_free(gpu_logits);
     free(cpu_logits);
     free(tokens);
     free(rec.hidden);
