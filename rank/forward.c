@@ -47,9 +47,7 @@ struct engine {
     engine_route_hook route_hook;
     void *route_hook_ctx;
     struct pipeline_stage stage; /* rank 0 with the head on the GPU rank: the layers after ours */
-    float *logits_buf;           /* engine_logits_buffer */
-    size_t logits_bytes;
-    bool logits_pinned;          /* logits_buf came from the stage's host_alloc */
+    struct pipeline_logits logits; /* engine_logits_buffer's */
     bool onednn;     /* F32 prompt matmuls through oneDNN (engine_init says when) */
     bool onednn_force; /* NM_ONEDNN=force: every F32 matmul of 2+ rows (tests) */
     bool onednn_widen; /* the pool is bound: give oneDNN's threads all its cores (onednn_cpus) */
@@ -312,29 +310,15 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
     return NM_OK;
 }
 
-static void logits_buffer_free(struct engine *e) {
-    if (e->logits_pinned) e->stage.ops->host_free(e->stage.ctx, e->logits_buf);
-    else nm_free(e->logits_buf);
-    e->logits_buf = NULL;
-    e->logits_bytes = 0;
-    e->logits_pinned = false;
-}
-
 float *engine_logits_buffer(struct engine *e, int rows) {
+    /* (64 bytes at least: a rank without a vocabulary slice still gets a buffer) */
     const size_t bytes = NM_MAX((size_t)NM_MAX(rows, 1) * (size_t)e->n_vocab_l * sizeof(float), 64);
-    if (bytes > e->logits_bytes) {
-        logits_buffer_free(e);
-        e->logits_pinned = e->stage.ops && e->stage.ops->host_alloc && bytes <= PIPELINE_PINNED_LOGITS_MAX;
-        e->logits_buf = e->logits_pinned ? e->stage.ops->host_alloc(e->stage.ctx, bytes, "logits")
-                                         : nm_alloc(bytes, 64, "logits");
-        e->logits_bytes = bytes;
-    }
-    return e->logits_buf;
+    return pipeline_logits_get(&e->logits, bytes, e->stage.ops && e->stage.ops->pinned_logits);
 }
 
 void engine_free(struct engine *e) {
     if (!e) return;
-    logits_buffer_free(e);
+    pipeline_logits_get(&e->logits, 0, false);
     pipeline_close(&e->stage);
     kv_cache_free(&e->kv);
     float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->rope, e->scores,

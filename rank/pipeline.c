@@ -25,15 +25,6 @@ static void log_weight_traffic(const struct gpu_stage *g) {
                 (unsigned long long)gpu_stage_weight_bytes_after_load(g));
 }
 
-static void *local_host_alloc(void *ctx, size_t bytes, const char *what) {
-    (void)ctx;
-    return cuk_host_alloc(bytes, what);
-}
-static void local_host_free(void *ctx, void *p) {
-    (void)ctx;
-    cuk_host_free(p);
-}
-
 static void local_close(void *ctx) {
     log_weight_traffic(ctx);
     gpu_stage_free(ctx);
@@ -44,9 +35,17 @@ static const struct pipeline_stage_ops k_local_ops = {
     .topk = local_topk,
     .keep = local_keep,
     .close = local_close,
-    .host_alloc = local_host_alloc,
-    .host_free = local_host_free,
+    .pinned_logits = true,
 };
+
+float *pipeline_logits_get(struct pipeline_logits *b, size_t bytes, bool pinned) {
+    if (bytes && bytes <= b->bytes) return b->p;
+    if (b->pinned) cuk_host_free(b->p);
+    else nm_free(b->p);
+    *b = (struct pipeline_logits){.bytes = bytes, .pinned = pinned && bytes <= PIPELINE_PINNED_LOGITS_MAX};
+    if (bytes) b->p = b->pinned ? cuk_host_alloc(bytes, "logits") : nm_alloc(bytes, 64, "logits");
+    return b->p;
+}
 
 struct pipeline_stage pipeline_local(struct gpu_stage *g) {
     return (struct pipeline_stage){.ops = &k_local_ops, .ctx = g};
@@ -177,29 +176,13 @@ void pipeline_remote_exit(struct coll *world, int peer) {
     coll_send(world, &q, sizeof q, peer, PIPE_TAG_REQ);
 }
 
-/* The GPU rank's logits buffer (page-locked up to PIPELINE_PINNED_LOGITS_MAX), grown to `bytes`,
- * or freed when bytes is 0. */
-struct logits_buf {
-    float *p;
-    size_t bytes;
-    bool pinned;
-};
-static float *logits_buf_get(struct logits_buf *b, size_t bytes) {
-    if (bytes && bytes <= b->bytes) return b->p;
-    if (b->pinned) cuk_host_free(b->p);
-    else nm_free(b->p);
-    *b = (struct logits_buf){.bytes = bytes, .pinned = bytes <= PIPELINE_PINNED_LOGITS_MAX};
-    if (bytes) b->p = b->pinned ? cuk_host_alloc(bytes, "GPU rank logits") : nm_alloc(bytes, 64, "GPU rank logits");
-    return b->p;
-}
-
 void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, const struct model_config *cfg) {
     const int64_t n_embd = cfg->n_embd, n_vocab = cfg->n_vocab;
     struct gpu_stage *g = NULL;
     float *hidden = NULL;
     uint8_t *rows = NULL;
     int cap = 0;
-    struct logits_buf lb = {0};
+    struct pipeline_logits lb = {0};
     for (;;) {
         struct pipe_req q;
         coll_recv(world, &q, sizeof q, peer, PIPE_TAG_REQ);
@@ -260,7 +243,7 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             memcpy(pos, rows + (size_t)q.n * sizeof *seq, (size_t)q.n * sizeof *pos);
             for (int i = 0; i < q.n; i++) ask[i] = rows[(size_t)q.n * 12 + (size_t)i] != 0;
             const struct stage_batch b = {.n = q.n, .hidden = hidden, .seq = seq, .pos = pos, .logits = ask};
-            float *logits = q.logits ? logits_buf_get(&lb, (size_t)q.logits * (size_t)n_vocab * sizeof(float)) : NULL;
+            float *logits = q.logits ? pipeline_logits_get(&lb, (size_t)q.logits * (size_t)n_vocab * sizeof(float), true) : NULL;
             rep.status = (int32_t)gpu_stage_eval_batch(g, &b, logits, rep.msg, sizeof rep.msg);
             free(seq);
             free(pos);
@@ -274,7 +257,7 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
         default: nm_fatal("GPU rank: unknown pipeline request %d from rank %d", (int)q.op, peer);
         }
     }
-    logits_buf_get(&lb, 0);
+    pipeline_logits_get(&lb, 0, false);
     gpu_stage_free(g);
     nm_free(hidden);
     free(rows);

@@ -53,12 +53,18 @@ struct pipeline_stage_ops {
     void (*keep)(void *ctx, int seq, int64_t n);
     /* Release the stage (remote: tell the GPU rank to stop serving). */
     void (*close)(void *ctx);
-    /* Host memory that eval copies logits into directly (local: page-locked, cuk_host_alloc);
-     * NULL (remote): plain memory (nm_alloc) serves as well. Freed before close. */
-    void *(*host_alloc)(void *ctx, size_t bytes, const char *what);
-    /* Frees host_alloc's memory; NULL where host_alloc is. */
-    void (*host_free)(void *ctx, void *p);
+    /* eval copies logits straight into page-locked memory (pipeline_logits_get's): local */
+    bool pinned_logits;
 };
+
+/* A logits buffer that grows to the bytes asked: page-locked (cuk_host_alloc) when `pinned` and
+ * up to PIPELINE_PINNED_LOGITS_MAX, plain memory otherwise. bytes 0 frees it. */
+struct pipeline_logits {
+    float *p;
+    size_t bytes;
+    bool pinned;
+};
+float *pipeline_logits_get(struct pipeline_logits *b, size_t bytes, bool pinned);
 
 struct pipeline_stage {
     const struct pipeline_stage_ops *ops;

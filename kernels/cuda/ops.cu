@@ -142,23 +142,12 @@ __global__ void norm_rope_kernel(float *x, int64_t head_dim, int64_t row_stride,
     norm_rope_head<float>(xh, xh, head_dim, norm_w, eps, cos_sin + (pos0 + i) * n_rot, n_rot, neox, NULL);
 }
 
-/* RoPE of a decode step's rows (struct cuk_rope) as a kernel takes it; k == NULL: none. */
-struct rope_args {
-    const float *q_norm, *k_norm, *cos_sin;
-    float eps;
-    int64_t n_rot;
-    int neox;
-};
-rope_args rope_args_of(const struct cuk_rope *r) {
-    return r ? rope_args{r->q_norm, r->k_norm, r->cos_sin, r->eps, r->n_rot, r->neox} : rope_args{};
-}
-
 /* Blocks h < n_head: q's head h; the next n_head_kv: k's head (also stored to the K cache) and
  * v's head copied to the V cache. One row per blockIdx.y: row i at position rows[2i] of the
  * sequence whose positions start at cache row rows[2i + 1]. */
 template <typename KT>
 __global__ void rope_store_kernel(float *q, float *k, const float *__restrict__ v, int n_head, int64_t hd,
-                                  int64_t hdv, int64_t k_row, int64_t v_row, rope_args r, KT *kc, KT *vc,
+                                  int64_t hdv, int64_t k_row, int64_t v_row, cuk_rope r, KT *kc, KT *vc,
                                   const int64_t *__restrict__ rows) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
@@ -263,7 +252,7 @@ template <typename KT, int DC, bool V4>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const float *__restrict__ k,
                 const float *__restrict__ v, KT *kc, KT *vc, int64_t k_row, int64_t v_row, int64_t pos0,
-                const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, rope_args ra, int8_t *oq,
+                const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, cuk_rope ra, int8_t *oq,
                 cuk_q8s *os, float *scratch, int *cnt) {
     constexpr int ATT_U = 8 / DC; /* positions a warp loads at once: 8 loads in flight per lane */
     __shared__ float ps[ATT_T];
@@ -859,7 +848,7 @@ template <typename KT>
 static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, int m, int rows_per, int splits, float *out,
                              int64_t ldo, const float *q, const float *k, const float *v, KT *k_cache, KT *v_cache,
                              int64_t k_row, int64_t v_row, int64_t pos0, const int64_t *rows, int n_head, int group,
-                             int hd, int hdv, float scale, rope_args ra, void *out_q8) {
+                             int hd, int hdv, float scale, cuk_rope ra, void *out_q8) {
     auto kern = v4 ? (dc == 1 ? attn_kernel<KT, 1, true> : dc == 2 ? attn_kernel<KT, 2, true> : attn_kernel<KT, 4, true>)
                    : (dc == 1 ? attn_kernel<KT, 1, false> : dc == 2 ? attn_kernel<KT, 2, false> : attn_kernel<KT, 4, false>);
     const int64_t kq = (int64_t)n_head * hdv;
@@ -900,7 +889,7 @@ static void attention_launch(struct cuk_ctx *c, float *out, int64_t ldo, const f
     const bool v4 = head_dim % 4 == 0 && head_dim_v % 4 == 0 && ((uintptr_t)k_cache & 15) == 0 &&
                    ((uintptr_t)v_cache & 15) == 0;
     const int dc = (int)(NM_MAX(head_dim, head_dim_v) + 127) / 128;
-    const rope_args ra = rope_args_of(rope);
+    const cuk_rope ra = rope ? *rope : cuk_rope{}; /* (k == NULL in the kernel: no RoPE) */
     if (!rope) k = v = NULL;
     if (kv_type == DTYPE_F32)
         attn_rows_launch(c, dc, v4, m, rows_per, splits, out, ldo, q, k, v, (float *)k_cache, (float *)v_cache, k_row,
@@ -967,7 +956,7 @@ extern "C" void cuk_rope_store(struct cuk_ctx *c, float *q, float *k, const floa
     if (m < 1) return;
     const dim3 grid((unsigned)(n_head + n_head_kv), (unsigned)m);
     const int64_t k_row = (int64_t)n_head_kv * head_dim, v_row = (int64_t)n_head_kv * head_dim_v;
-    const rope_args ra = rope_args_of(rope);
+    const cuk_rope ra = *rope;
     if (kv_type == DTYPE_F32)
         cuk_launch(c, "rope_store", rope_store_kernel<float>, grid, 128, 0, q, k, v, n_head, head_dim, head_dim_v,
                    k_row, v_row, ra, (float *)k_cache, (float *)v_cache, rows);

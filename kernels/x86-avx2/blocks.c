@@ -90,6 +90,15 @@ NM_INLINE __m256i iq_codes(const uint64_t g[4], uint32_t sg) {
     return _mm256_sub_epi8(_mm256_xor_si256(v, neg), neg);
 }
 
+/* IQ2_XXS/IQ3_XXS's sub-block from its 4 grid entries g and the word w that holds its 4 groups
+ * of 7 sign bits (iq_signs_7x4) and, in the top 4 bits, its scale s: both halves
+ * d * (0.5 + s) * f (f: 0.25 for IQ2_XXS, 0.5 for IQ3_XXS). */
+NM_INLINE void iq_xxs_sub(const uint64_t g[4], uint32_t w, uint16_t d16, float f, __m256i *q, float *d, float *m) {
+    *q = iq_codes(g, iq_signs_7x4(w));
+    d[0] = d[1] = _cvtsh_ss(d16) * (0.5f + (float)(w >> 28)) * f;
+    m[0] = m[1] = IQ_NO_OFFSET;
+}
+
 /* The 2-bit codes of sub-block j of a Q2_K/Q3_K block: bits 2(j % 4) .. +1 of the 32 bytes at
  * qs + 32 (j / 4) (a 16-bit shift moves each byte's bits down within the byte's low 2 bits' reach). */
 NM_INLINE __m256i k_low2(const uint8_t *qs, int j) {
@@ -168,9 +177,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         memcpy(&w, p + 4, 4);
         uint64_t g[4];
         for (int l = 0; l < 4; l++) g[l] = iq_grid_iq2xxs[p[l]];
-        *q = iq_codes(g, iq_signs_7x4(w));
-        d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.25f;
-        m[0] = m[1] = IQ_NO_OFFSET;
+        iq_xxs_sub(g, w, b->d, 0.25f, q, d, m);
         return;
     }
     case DTYPE_IQ2_XS: { /* iq2_xs_decode32 */
@@ -207,9 +214,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint64_t g[4];
         for (int l = 0; l < 4; l++)
             g[l] = (uint64_t)iq_grid_iq3xxs[idx[2 * l]] | (uint64_t)iq_grid_iq3xxs[idx[2 * l + 1]] << 32;
-        *q = iq_codes(g, iq_signs_7x4(w));
-        d[0] = d[1] = _cvtsh_ss(b->d) * (0.5f + (float)(w >> 28)) * 0.5f;
-        m[0] = m[1] = IQ_NO_OFFSET;
+        iq_xxs_sub(g, w, b->d, 0.5f, q, d, m);
         return;
     }
     case DTYPE_IQ3_S: { /* iq3_s_decode32 */

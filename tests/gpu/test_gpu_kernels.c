@@ -379,6 +379,28 @@ static void test_gemv_q8(krng *r) {
     printf("rmsnorm_q8, swiglu_q8: checked\n");
 }
 
+/* The Q and K norm weights of a head of hd values (around 1), drawn in turn. */
+static void qk_norm_weights(krng *r, int64_t hd, float *nw, float *kw) {
+    for (int i = 0; i < hd; i++) {
+        nw[i] = 1.0f + 0.2f * krng_normal(r);
+        kw[i] = 1.0f + 0.2f * krng_normal(r);
+    }
+}
+
+/* op_rope_cache's rows for positions 0 .. n_ctx - 1 (base 1e4, no scaling), malloc'd. */
+static float *rope_table(int64_t n_ctx, int64_t nr) {
+    float *table = malloc(n_ctx * nr * sizeof(float));
+    for (int64_t p = 0; p < n_ctx; p++) op_rope_cache(table + p * nr, p, nr, 1e4f, 1.0f, NULL);
+    return table;
+}
+
+/* n activations (krng_acts), malloc'd. */
+static float *rand_acts(krng *r, int64_t n) {
+    float *x = malloc(n * sizeof(float));
+    krng_acts(r, x, n);
+    return x;
+}
+
 /* cuk_rope_store against op_rmsnorm + op_rope on q and k and op_store_kv of the rotated k and of
  * v at each row's cache row: rows of one sequence (positions 11, 12, 13 from cache row 0), and
  * rows of three (positions 7, 3, 9 of sequences starting at cache rows 0, 10 and 20). */
@@ -395,16 +417,9 @@ static void test_rope_store(krng *r) {
             const int64_t hd = cases[ci].hd, hdv = cases[ci].hdv, nr = cases[ci].n_rot, es = cases[ci].kv == DTYPE_F16 ? 2 : 4;
             const int64_t qd = nh * hd, kd = nkv * hd, vd = nkv * hdv;
             float nw[256], kw[256];
-            for (int i = 0; i < hd; i++) {
-                nw[i] = 1.0f + 0.2f * krng_normal(r);
-                kw[i] = 1.0f + 0.2f * krng_normal(r);
-            }
-            float *table = malloc(n_ctx * nr * sizeof(float));
-            for (int64_t p = 0; p < n_ctx; p++) op_rope_cache(table + p * nr, p, nr, 1e4f, 1.0f, NULL);
-            float *q = malloc(m * qd * sizeof(float)), *k = malloc(m * kd * sizeof(float)), *v = malloc(m * vd * sizeof(float));
-            krng_acts(r, q, m * qd);
-            krng_acts(r, k, m * kd);
-            krng_acts(r, v, m * vd);
+            qk_norm_weights(r, hd, nw, kw);
+            float *table = rope_table(n_ctx, nr);
+            float *q = rand_acts(r, m * qd), *k = rand_acts(r, m * kd), *v = rand_acts(r, m * vd);
             float *wq = malloc(m * qd * sizeof(float)), *wk = malloc(m * kd * sizeof(float));
             memcpy(wq, q, m * qd * sizeof(float));
             memcpy(wk, k, m * kd * sizeof(float));
@@ -686,20 +701,12 @@ static void test_attention_rope(krng *r) {
                 continue;
             }
             float nw[512], kw[512];
-            for (int i = 0; i < hd; i++) {
-                nw[i] = 1.0f + 0.2f * krng_normal(r);
-                kw[i] = 1.0f + 0.2f * krng_normal(r);
-            }
-            float *table = malloc(n_ctx * nr * sizeof(float));
-            for (int64_t p = 0; p < n_ctx; p++) op_rope_cache(table + p * nr, p, nr, 1e4f, 1.0f, NULL);
-            float *q = malloc(M * qd * sizeof(float)), *k = malloc(M * kd * sizeof(float)), *v = malloc(M * vd * sizeof(float));
-            krng_acts(r, q, M * qd);
-            krng_acts(r, k, M * kd);
-            krng_acts(r, v, M * vd);
+            qk_norm_weights(r, hd, nw, kw);
+            float *table = rope_table(n_ctx, nr);
+            float *q = rand_acts(r, M * qd), *k = rand_acts(r, M * kd), *v = rand_acts(r, M * vd);
             for (int64_t i = 0; i < M * qd; i++) q[i] *= 0.05f; /* keep the softmax from being one-hot */
             /* the caches: every sequence's earlier positions (and the rest) hold other values */
-            float *fill = malloc(n_cache * (kd + vd) * sizeof(float));
-            krng_acts(r, fill, (int64_t)n_cache * (kd + vd));
+            float *fill = rand_acts(r, (int64_t)n_cache * (kd + vd));
             uint8_t *kc = malloc(n_cache * kd * es), *vc = malloc(n_cache * vd * es);
             op_store_kv(kc, fill, (int64_t)n_cache * kd, cases[ci].kv);
             op_store_kv(vc, fill + n_cache * kd, (int64_t)n_cache * vd, cases[ci].kv);
