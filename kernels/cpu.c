@@ -54,6 +54,7 @@ static void features_detect(void) {
     f->avx512bw = os_zmm && ((b >> 30) & 1);
     f->avx512vl = os_zmm && ((b >> 31) & 1);
     f->avx512vnni = os_zmm && ((c >> 11) & 1);
+    f->avx512vbmi = os_zmm && ((c >> 1) & 1);
     f->amx_bf16 = os_amx && ((d >> 22) & 1);
     f->amx_tile = os_amx && ((d >> 24) & 1);
     f->amx_int8 = os_amx && ((d >> 25) & 1);
@@ -252,7 +253,8 @@ static void isa_choose(void) {
     if (!force_avx2) {
         g_chosen = kern_isa_find("avx512", &why);
         if (g_chosen) {
-            nm_log_info("kernels: ISA avx512 (AVX512F/BW/VL/DQ + VNNI)");
+            nm_log_info("kernels: ISA avx512 (AVX512F/BW/VL/DQ + VNNI%s)", g_chosen->note ? "" : " + VBMI");
+            if (g_chosen->note) nm_log_warn("kernels: avx512: %s", g_chosen->note);
             return;
         }
     } else {

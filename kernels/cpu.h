@@ -15,6 +15,7 @@ struct cpu_features {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool avx512dq;      /* added: the avx512 files are built with -mavx512dq */
+    bool avx512vbmi;    /* optional: dot_iq_vbmi.c's grid lookups */
     bool os_avx512;     /* added: XCR0 says the OS saves the zmm/opmask state */
     bool amx_tile, amx_int8, amx_bf16; /* CPUID bits only; OS permission is separate */
     /* Added (issue 4): the OS let this process use the AMX tile data state. Linux asks for it
@@ -26,6 +27,7 @@ struct cpu_features {
 /* Kernel table for one ISA path. Slots never NULL once kern_isa_get() returned. */
 struct kern_isa {
     const char *name; /* "avx512", "avx2" or "ref" */
+    const char *note; /* a downgrade inside the path, printed when it is chosen; NULL: none */
     /* y[i] = dot(row i of w, act) for one weight row; see vec_dot_ref. Indexed by dtype. */
     float (*vec_dot[DTYPE_COUNT])(int64_t n, const void *w_row, const void *act_row);
     /* quantize_act_q8x_ref twin */

@@ -16,6 +16,8 @@ void avx512_fill_q5(struct kern_isa *t);    /* q5_0, q5_1: dot_q5.c */
 void avx512_fill_k23(struct kern_isa *t);   /* q2_k, q3_k: dot_k23.c */
 void avx512_fill_iq4(struct kern_isa *t);   /* iq4_nl, iq4_xs: dot_iq4.c */
 void avx512_fill_iq(struct kern_isa *t);    /* iq2_*, iq3_*, iq1_*: dot_iq.c */
+/* iq2_*, iq3_* with AVX512_VBMI (dot_iq_vbmi.c, over dot_iq.c's): NULL when filled, else why not */
+const char *avx512_fill_iq_vbmi(struct kern_isa *t);
 void avx512_fill_f(struct kern_isa *t);     /* f32, f16, bf16:   dot_f.c */
 void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x, swiglu: act.c */
 void avx512_fill_packed(struct kern_isa *t); /* pk_gemm (packed layouts): packed.c */

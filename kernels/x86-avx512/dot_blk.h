@@ -11,13 +11,15 @@
  * (IQ2, IQ3), value = sc[h] * (-1)^neg * u with the sign moved onto the activation:
  * vpdpbusd(u, neg ? -a : a) (a q8x code is in -127..127, so -a is exact). The type's file gives
  * two hooks:
- *   t##_head(g, nblk, &sc, &off)   the 16 half scales and offsets of the group at g as f32
+ *   t##_head(g, nblk, &sc, &off, gs)   the 16 half scales and offsets of the group at g as f32
  *                                  vectors (lane h = half h); nblk: the 32-value blocks of the
  *                                  group that exist (8 but in a 32-value type's last group);
- *                                  nothing past them is read, and their lanes are 0;
- *   u = t##_step(g, z, nblk, &neg) the 64 codes of values 64z .. 64z + 63 of the group (blocks
- *                                  2z and 2z + 1) in natural order, and the 64-bit mask of the
- *                                  negative ones (types with signs).
+ *                                  nothing past them is read, and their lanes are 0. gs: the
+ *                                  row's struct nm_blk_gs, where a type may decode once what
+ *                                  its 4 steps share (the IQ grid lookups of dot_iq_vbmi.c);
+ *   u = t##_step(g, z, nblk, &neg, gs) the 64 codes of values 64z .. 64z + 63 of the group
+ *                                  (blocks 2z and 2z + 1) in natural order, and the 64-bit mask
+ *                                  of the negative ones (types with signs).
  * Per (weight row, activation row) the tile adds, per group:
  *     off . sh                    (16 lanes: sh = d_a * sum of the half's activation codes)
  * and per step of 64 values:
@@ -74,6 +76,13 @@ static const int32_t k_blk_act_idx[4][16] __attribute__((aligned(64))) = {
 #ifndef NM_IQ_GATHER
 #define NM_IQ_GATHER 1
 #endif
+
+/* What a head may decode once per group and weight row for the group's 4 steps: the codes
+ * and sign masks of each step (unused by the types that decode in their steps). */
+struct nm_blk_gs {
+    __m512i u[4];
+    uint64_t neg[4];
+};
 
 /* Flags of NM_BLK_DEFINE. */
 #define NM_BLK_OFF 1   /* the type has offsets (the per-group off . sh FMA) */
@@ -180,7 +189,8 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
 #define NM_BLK_DEFINE(t, gbytes, flags)                                                            \
     NM_INLINE void t##_zstep(const int R, const int C, int z, int nblk, const uint8_t *w, size_t ws, \
                              const uint8_t *x, size_t xs, int64_t g, const __m512 *da,            \
-                             const __m512 *fsc, __m512 (*acc)[NM_TILE_CMAX]) {                   \
+                             const __m512 *fsc, const struct nm_blk_gs *gs,                       \
+                             __m512 (*acc)[NM_TILE_CMAX]) {                                       \
         __m512i aq[NM_TILE_CMAX];                                                                  \
         __m512 dap[NM_TILE_CMAX];                                                                  \
         NM_UNROLL for (int c = 0; c < C; c++) {                                                    \
@@ -189,7 +199,8 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
         }                                                                                          \
         NM_UNROLL for (int r = 0; r < R; r++) {                                                    \
             __mmask64 neg = 0;                                                                     \
-            const __m512i u = t##_step(w + (size_t)r * ws + (size_t)g * (gbytes), z, nblk, &neg);  \
+            const __m512i u = t##_step(w + (size_t)r * ws + (size_t)g * (gbytes), z, nblk, &neg, \
+                                             &gs[r]);                                              \
             const __m512i hidx = _mm512_load_si512(k_blk_half_idx[z]);                             \
             const __m512 scp = C == 1 ? _mm512_setzero_ps() : _mm512_permutexvar_ps(hidx, fsc[r]); \
             NM_UNROLL for (int c = 0; c < C; c++) {                                                \
@@ -213,12 +224,13 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
         for (int64_t g = 0; 8 * g < nb; g++) {                                                     \
             const int nblk = (int)NM_MIN(8, nb - 8 * g);                                           \
             __m512 fsc[NM_TILE_RMAX], foff[NM_TILE_RMAX], da[NM_TILE_CMAX];                        \
+            struct nm_blk_gs gs[NM_TILE_RMAX];                                                     \
             NM_UNROLL for (int r = 0; r < R; r++) {                                                \
                 const uint8_t *wg = w + (size_t)r * ws + (size_t)g * (gbytes);                     \
                 if (C == 1)                                                                        \
                     nm_prefetch(wg + NM_BLK_PREFETCH_BYTES / (gbytes) * (gbytes), (gbytes));       \
-                if (nblk == 8) t##_head(wg, 8, &fsc[r], &foff[r]);                                 \
-                else t##_head(wg, nblk, &fsc[r], &foff[r]);                                        \
+                if (nblk == 8) t##_head(wg, 8, &fsc[r], &foff[r], &gs[r]);                         \
+                else t##_head(wg, nblk, &fsc[r], &foff[r], &gs[r]);                                \
             }                                                                                      \
             NM_UNROLL for (int c = 0; c < C; c++) {                                                \
                 const uint8_t *row = x + (size_t)c * xs;                                           \
@@ -235,10 +247,10 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
                     _mm512_mul_ps(fsc[r], nm_blk_halves(_mm512_castps512_ps256(da[0])));           \
             if (nblk == 8) {                                                                       \
                 NM_UNROLL for (int z = 0; z < 4; z++)                                              \
-                    t##_zstep(R, C, z, 8, w, ws, x, xs, g, da, fsc, acc);                          \
+                    t##_zstep(R, C, z, 8, w, ws, x, xs, g, da, fsc, gs, acc);                          \
             } else {                                                                               \
                 for (int z = 0; 2 * z < nblk; z++)                                                 \
-                    t##_zstep(R, C, z, nblk, w, ws, x, xs, g, da, fsc, acc);                       \
+                    t##_zstep(R, C, z, nblk, w, ws, x, xs, g, da, fsc, gs, acc);                       \
             }                                                                                      \
         }                                                                                          \
         NM_TILE_STORE(acc, R, C, y, ldy);                                                          \

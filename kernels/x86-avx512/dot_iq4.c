@@ -24,7 +24,7 @@ NM_INLINE __m512i iq4_lookup(__m512i nib) {
 /* Word picks of nm_blk_words16: IQ4_NL's d of the 8 blocks of a full group (words 9b). */
 static const int16_t k_iq4_nl_i01[32] __attribute__((aligned(64))) = {0, 9, 18, 27, 36, 45, 54, 63};
 
-NM_INLINE void iq4_nl_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void iq4_nl_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     if (nblk == 8)
         *sc = nm_blk_halves(_mm256_cvtph_ps(_mm256_castsi256_si128(nm_blk_words16(g, 144, k_iq4_nl_i01, NULL, 0))));
     else
@@ -32,13 +32,13 @@ NM_INLINE void iq4_nl_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) 
     *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-128.0f));
 }
 
-NM_INLINE __m512i iq4_nl_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i iq4_nl_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)neg;
     const uint8_t *b0 = g + (size_t)(2 * z) * 18;
     return iq4_lookup(nm_blk_nib64(b0 + 2, 2 * z + 1 < nblk ? b0 + 18 + 2 : NULL));
 }
 
-NM_INLINE void iq4_xs_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void iq4_xs_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     (void)nblk;
     uint16_t sh;
     uint32_t sl;
@@ -53,7 +53,7 @@ NM_INLINE void iq4_xs_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) 
     *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-128.0f));
 }
 
-NM_INLINE __m512i iq4_xs_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i iq4_xs_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)neg;
     (void)nblk;
     const uint8_t *qs = g + 8 + 32 * z;

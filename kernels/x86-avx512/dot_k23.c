@@ -25,7 +25,7 @@ NM_INLINE __m512i k23_low2(const uint8_t *qs, int z) {
     return _mm512_and_si512(_mm512_srlv_epi16(raw, cnt), _mm512_set1_epi8(3));
 }
 
-NM_INLINE void q2_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void q2_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     (void)nblk;
     const __m512i s = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
     *sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(s, _mm512_set1_epi32(0xF))),
@@ -33,13 +33,13 @@ NM_INLINE void q2_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
     *off = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(s, 4)), _mm512_set1_ps(-nm_blk_f16(g + 82)));
 }
 
-NM_INLINE __m512i q2_K_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i q2_K_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)nblk;
     (void)neg;
     return k23_low2(g + 16, z);
 }
 
-NM_INLINE void q3_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void q3_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     (void)nblk;
     /* the 12 scale bytes (the block ends 2 bytes after them: a masked load) */
     const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8((__mmask16)0x0FFF, g + 96));
@@ -56,7 +56,7 @@ NM_INLINE void q3_K_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
     *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-4.0f));
 }
 
-NM_INLINE __m512i q3_K_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i q3_K_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)nblk;
     (void)neg;
     const __m512i u = k23_low2(g + 32, z);

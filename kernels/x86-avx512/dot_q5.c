@@ -19,7 +19,7 @@ static const int16_t k_q5_1_i01[32] __attribute__((aligned(64))) = {0, 12, 24, 3
 static const int16_t k_q5_1_i2[32] __attribute__((aligned(64))) = {0, 0, 0, 0, 0, 0, 72 - 64, 84 - 64,
                                                                    0, 0, 0, 0, 0, 0, 73 - 64, 85 - 64};
 
-NM_INLINE void q5_0_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void q5_0_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     if (nblk == 8)
         *sc = nm_blk_halves(_mm256_cvtph_ps(_mm256_castsi256_si128(nm_blk_words16(g, 176, k_q5_0_i01, k_q5_0_i2, 0xC0))));
     else
@@ -27,7 +27,7 @@ NM_INLINE void q5_0_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
     *off = _mm512_mul_ps(*sc, _mm512_set1_ps(-16.0f));
 }
 
-NM_INLINE void q5_1_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off) {
+NM_INLINE void q5_1_head(const uint8_t *g, int nblk, __m512 *sc, __m512 *off, struct nm_blk_gs *gs) {
     if (nblk == 8) {
         const __m512 dm = _mm512_cvtph_ps(nm_blk_words16(g, 192, k_q5_1_i01, k_q5_1_i2, 0xC0C0));
         *sc = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), dm);
@@ -50,11 +50,11 @@ NM_INLINE __m512i q5_codes(const uint8_t *g, int z, int nblk, int bsize, int qh_
     return _mm512_mask_add_epi8(u, (__mmask64)((uint64_t)h0 | (uint64_t)h1 << 32), u, _mm512_set1_epi8(16));
 }
 
-NM_INLINE __m512i q5_0_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i q5_0_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)neg;
     return q5_codes(g, z, nblk, 22, 2);
 }
-NM_INLINE __m512i q5_1_step(const uint8_t *g, int z, int nblk, __mmask64 *neg) {
+NM_INLINE __m512i q5_1_step(const uint8_t *g, int z, int nblk, __mmask64 *neg, const struct nm_blk_gs *gs) {
     (void)neg;
     return q5_codes(g, z, nblk, 24, 4);
 }

@@ -8,6 +8,7 @@ void kern_isa_avx512_fill(struct kern_isa *t) {
     avx512_fill_k23(t);
     avx512_fill_iq4(t);
     avx512_fill_iq(t);
+    t->note = avx512_fill_iq_vbmi(t);
     avx512_fill_f(t);
     avx512_fill_act(t);
     avx512_fill_packed(t);

@@ -246,13 +246,23 @@ static void test_swiglu(krng *r, const struct kern_isa *fast) {
 
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
-    for (int i = 1; i + 1 < argc; i++) {
-        if (strcmp(argv[i], "--type") == 0) g_only = argv[i + 1];
-        if (strcmp(argv[i], "--iters") == 0) g_iters = atoi(argv[i + 1]);
+    bool iq_gather = false;
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--type") == 0) g_only = argv[i + 1];
+        if (i + 1 < argc && strcmp(argv[i], "--iters") == 0) g_iters = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--iq-gather") == 0) iq_gather = true;
+    }
+    if (iq_gather) {
+        /* the IQ types' gather kernels (dot_iq.c), which a CPU with AVX512_VBMI replaces */
+        if (!cpu_features_get()->avx512vbmi || cpu_avx512_missing(cpu_features_get())) {
+            printf("test_fast: SKIP: --iq-gather: no AVX512_VBMI here, so the main run tests the gathers\n");
+            return KTEST_SKIP;
+        }
+        setenv("NM_IQ_VBMI", "0", 1);
     }
     static const char *const isas[] = {"avx512", "avx2"};
     int ran = 0;
-    for (size_t ii = 0; ii < NM_ARRAY_LEN(isas); ii++) {
+    for (size_t ii = 0; ii < (iq_gather ? 1 : NM_ARRAY_LEN(isas)); ii++) {
         const char *why = NULL;
         const struct kern_isa *fast = kern_isa_find(isas[ii], &why);
         if (!fast) {
@@ -260,7 +270,7 @@ int main(int argc, char **argv) {
             continue;
         }
         ran++;
-        printf("test_fast: the %s path\n", isas[ii]);
+        printf("test_fast: the %s path%s%s\n", isas[ii], fast->note ? ": " : "", fast->note ? fast->note : "");
         krng r = {ktest_seed};
         test_quantize_act(&r, fast);
         test_swiglu(&r, fast);
@@ -271,6 +281,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (g_only && strcasecmp(g_only, info->name) != 0) continue;
+            if (iq_gather && strncmp(info->name, "iq", 2) != 0) continue;
             ktest_worst_err = 0.0;
             test_type(&r, fast, k_types[i].t, k_types[i].tol);
             printf("  %-7s vec_dot/gemm: worst normalized error %.2e (tolerance %.0e)\n",

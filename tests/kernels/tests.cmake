@@ -7,6 +7,9 @@ nm_add_test(test_kernels_quant SOURCES ${NM_KTEST_DIR}/test_quant.c LIBS nm_kern
 # vec_dot_ref against float64.
 nm_add_test(test_kernels_blocks SOURCES ${NM_KTEST_DIR}/test_blocks.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_fast SOURCES ${NM_KTEST_DIR}/test_fast.c LIBS nm_kernels LABELS kernels)
+# the IQ types' gather kernels too where AVX512_VBMI replaces them (skips elsewhere)
+add_test(NAME test_kernels_fast_iq_gather COMMAND test_kernels_fast --iq-gather)
+set_tests_properties(test_kernels_fast_iq_gather PROPERTIES SKIP_RETURN_CODE 77 LABELS kernels)
 nm_add_test(test_kernels_matmul SOURCES ${NM_KTEST_DIR}/test_matmul.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_checker SOURCES ${NM_KTEST_DIR}/test_checker.c LIBS nm_kernels LABELS kernels)
 # kern_matmul again with the reference path forced (NM_ISA=ref): the fallback must be right too.
