@@ -17,10 +17,10 @@
  *    value (a 64-byte table whose entry i is the value of code i mod 4 or i mod 8).
  *  - Signs: ggml's 7-bit sign fields to bytes by vpmultishiftqb, then one vpermi2b through the
  *    128-entry table i | parity(i) << 7.
- * Measured on the device Xeon (RESULTS.md, issue 15): IQ2_XXS and IQ3_XXS 1.1-1.5x the GB/s of
- * the gathers. The grids of 512 and 1024 entries (IQ2_XS, IQ2_S, IQ3_S) took 4 and 8 vpermi2b
- * per plane this way and read 0.6-1.0x the gathers' GB/s, so they keep the gathers, as IQ1_S and
- * IQ1_M (2048 entries) do. */
+ * Measured on the device Xeon (RESULTS.md, issue 15): IQ3_XXS 1.1-1.5x, IQ2_XXS 1.0-1.15x the
+ * GB/s of the gathers. The grids of 512 and 1024 entries took 4 and 8 vpermi2b per plane this
+ * way and read 0.5-0.9x (IQ2_XS, IQ2_S) and 0.8-1.3x (IQ3_S) the gathers' GB/s, so they keep the
+ * gathers, as IQ1_S and IQ1_M (2048 entries) do. */
 #include <stdlib.h>
 
 #include "dot_iq.h"
