@@ -1,5 +1,5 @@
-/* The hooks (dot_blk.h) of the AVX-512 VNNI dot products of the IQ grid types with q8x activations, through the block tile
- * of dot_blk.h (one 256-value super-block per group): IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
+/* The hooks of the AVX-512 VNNI dot products of the IQ grid types with q8x activations, through
+ * the block tile of dot_blk.h (one 256-value super-block per group): IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S
  * (grid magnitudes with sign bits) and IQ1_S, IQ1_M (grid values -1, 0, 1 plus a shift).
  *
  * A step (64 values = 2 sub-blocks of 32) looks up 8 grid entries of 8 bytes (iq2*, iq1s) or 16
