@@ -38,6 +38,13 @@ NM_INLINE float hsum8(__m256 v) {
     return _mm_cvtss_f32(t);
 }
 
+NM_INLINE float hmax8(__m256 v) {
+    __m128 t = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    t = _mm_max_ps(t, _mm_movehl_ps(t, t));
+    t = _mm_max_ss(t, _mm_movehdup_ps(t));
+    return _mm_cvtss_f32(t);
+}
+
 static inline int64_t up8(int64_t n) { return (n + 7) & ~(int64_t)7; }
 
 /* Values [i, i + 8) of a KV row of n values as f32; lanes past n are 0. */
@@ -51,6 +58,12 @@ NM_INLINE __m256 load8(const void *row, int64_t i, int64_t n, enum dtype t) {
     return _mm256_loadu_ps(tmp);
 }
 
+/* Values [i, i + 8) of a KV row that has them all, as f32. */
+NM_INLINE __m256 load8_full(const void *row, int64_t i, const enum dtype t) {
+    return t == DTYPE_F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)))
+                          : _mm256_loadu_ps((const float *)row + i);
+}
+
 /* Store lanes [0, n) of v (n <= 8) at p. */
 NM_INLINE void store8(float *p, int64_t n, __m256 v) {
     if (n >= 8) {
@@ -61,51 +74,115 @@ NM_INLINE void store8(float *p, int64_t n, __m256 v) {
     _mm256_maskstore_ps(p, m, v);
 }
 
-static void attn_head_avx2(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                           int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                           float *scratch) {
-    const size_t es = kv_type == DTYPE_F16 ? 2 : 4;
-    float max = -INFINITY;
-    for (int64_t t = 0; t < n_kv; t++) {
-        const uint8_t *kt = (const uint8_t *)k + (size_t)(t * k_stride) * es;
-        __m256 acc = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-        int64_t i = 0;
-        for (; i + 16 <= head_dim; i += 16) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(kt, i, head_dim, kv_type), acc);
-            acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(kt, i + 8, head_dim, kv_type), acc1);
+/* Lane j = the sum of a[j]'s 8 lanes (a transposing tree of unpacks, shuffles and adds). */
+NM_INLINE __m256 hsum8x8(const __m256 *a) {
+    __m256 b[4], c[2];
+    NM_UNROLL for (int i = 0; i < 4; i++) b[i] =
+        _mm256_add_ps(_mm256_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm256_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    NM_UNROLL for (int i = 0; i < 2; i++) c[i] =
+        _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm256_add_ps(_mm256_permute2f128_ps(c[0], c[1], 0x20), _mm256_permute2f128_ps(c[0], c[1], 0x31));
+}
+
+/* Scores q.k * scale of keys [t0, t0 + 8) into scratch (8 keys in the lanes of one vector: no
+ * horizontal sum per key); their maximum. */
+NM_INLINE __m256 head_scores8(float *scratch, const float *q, const uint8_t *k, int64_t t0, int64_t k_stride,
+                              int64_t head_dim, float scale, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    const uint8_t *kr[8];
+    __m256 a[8];
+    NM_UNROLL for (int j = 0; j < 8; j++) {
+        a[j] = _mm256_setzero_ps();
+        kr[j] = k + (size_t)((t0 + j) * k_stride) * es;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= head_dim; i += 8) {
+        const __m256 qv = _mm256_loadu_ps(q + i);
+        NM_UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, load8_full(kr[j], i, t), a[j]);
+    }
+    if (i < head_dim) {
+        const __m256 qv = load8(q, i, head_dim, DTYPE_F32);
+        NM_UNROLL for (int j = 0; j < 8; j++) a[j] = _mm256_fmadd_ps(qv, load8(kr[j], i, head_dim, t), a[j]);
+    }
+    const __m256 s = _mm256_mul_ps(hsum8x8(a), _mm256_set1_ps(scale));
+    _mm256_storeu_ps(scratch + t0, s);
+    return s;
+}
+
+/* out[0, 8 NR) (n values; NR a literal) = sum over the keys of p[u] V[u] times inv: NR
+ * accumulators kept in registers. */
+NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t n_kv, int64_t v_stride,
+                       int64_t i0, int64_t head_dim_v, float inv, const int NR, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    __m256 acc[8];
+    NM_UNROLL for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t u = 0; u < n_kv; u++) {
+        const uint8_t *vt = v + (size_t)(u * v_stride) * es;
+        const __m256 pu = _mm256_broadcast_ss(p + u);
+        NM_UNROLL for (int r = 0; r < NR; r++) {
+            const __m256 x = i0 + r * 8 + 8 <= head_dim_v ? load8_full(vt, i0 + r * 8, t) : load8(vt, i0 + r * 8, head_dim_v, t);
+            acc[r] = _mm256_fmadd_ps(pu, x, acc[r]);
         }
-        for (; i < head_dim; i += 8) acc = _mm256_fmadd_ps(load8(q, i, head_dim, DTYPE_F32), load8(kt, i, head_dim, kv_type), acc);
-        const float s = hsum8(_mm256_add_ps(acc, acc1)) * scale;
-        scratch[t] = s;
+    }
+    NM_UNROLL for (int r = 0; r < NR; r++) store8(out + r * 8, n - r * 8, _mm256_mul_ps(acc[r], _mm256_set1_ps(inv)));
+}
+
+/* The decode kernel for one KV type t (a literal after inlining). */
+NM_INLINE void attn_head_avx2_t(float *out, const float *q, const uint8_t *k, const uint8_t *v, int64_t n_kv,
+                                int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
+                                float *scratch, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    /* Scores, 8 keys at a time, then the rest one by one. */
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t t0 = 0;
+    for (; t0 + 8 <= n_kv; t0 += 8)
+        vmax = _mm256_max_ps(vmax, head_scores8(scratch, q, k, t0, k_stride, head_dim, scale, t));
+    float max = hmax8(vmax);
+    for (; t0 < n_kv; t0++) {
+        const uint8_t *kt = k + (size_t)(t0 * k_stride) * es;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < head_dim; i += 8) acc = _mm256_fmadd_ps(load8(q, i, head_dim, DTYPE_F32), load8(kt, i, head_dim, t), acc);
+        const float s = hsum8(acc) * scale;
+        scratch[t0] = s;
         max = s > max ? s : max;
     }
-    const __m256 vmax = _mm256_set1_ps(max);
+    const __m256 bmax = _mm256_set1_ps(max);
     __m256 vsum = _mm256_setzero_ps();
-    int64_t t = 0;
-    for (; t + 8 <= n_kv; t += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scratch + t), vmax));
-        _mm256_storeu_ps(scratch + t, e);
+    int64_t u = 0;
+    for (; u + 8 <= n_kv; u += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scratch + u), bmax));
+        _mm256_storeu_ps(scratch + u, e);
         vsum = _mm256_add_ps(vsum, e);
     }
     float sum = hsum8(vsum);
-    for (; t < n_kv; t++) { /* the tail one lane at a time, the same polynomial */
-        const float e = _mm256_cvtss_f32(exp8(_mm256_set1_ps(scratch[t] - max)));
-        scratch[t] = e;
+    for (; u < n_kv; u++) { /* the tail one lane at a time, the same polynomial */
+        const float e = _mm256_cvtss_f32(exp8(_mm256_set1_ps(scratch[u] - max)));
+        scratch[u] = e;
         sum += e;
     }
-    const __m256 vinv = _mm256_set1_ps(1.0f / sum);
-    /* Weighted sum of V rows, 8 output values per register, 64 per pass. */
+    const float inv = 1.0f / sum;
+    /* Weighted sum of V rows, 8 output values per register, up to 64 per pass. */
     for (int64_t i0 = 0; i0 < head_dim_v; i0 += 64) {
         const int64_t nv = head_dim_v - i0 < 64 ? head_dim_v - i0 : 64;
-        __m256 acc[8];
-        for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
-        for (int64_t u = 0; u < n_kv; u++) {
-            const uint8_t *vt = (const uint8_t *)v + (size_t)(u * v_stride) * es;
-            const __m256 p = _mm256_broadcast_ss(scratch + u);
-            for (int r = 0; r * 8 < nv; r++) acc[r] = _mm256_fmadd_ps(p, load8(vt, i0 + r * 8, head_dim_v, kv_type), acc[r]);
+        switch ((nv + 7) / 8) {
+#define PV_CASE(NR) \
+    case NR: head_pv(out + i0, nv, scratch, v, n_kv, v_stride, i0, head_dim_v, inv, NR, t); break;
+            PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
+#undef PV_CASE
         }
-        for (int r = 0; r * 8 < nv; r++) store8(out + i0 + r * 8, nv - r * 8, _mm256_mul_ps(acc[r], vinv));
     }
+}
+
+/* Scores of 8 keys per vector (no horizontal sum per key) and the weighted sum of V in
+ * registers, one copy per KV type. */
+static void attn_head_avx2(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
+                           int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
+                           float *scratch) {
+    if (kv_type == DTYPE_F16)
+        attn_head_avx2_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F16);
+    else
+        attn_head_avx2_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F32);
 }
 
 /* ---- prompt attention: blocks of ATTN_Q_BLOCK queries x ATTN_KV_BLOCK keys -----------------

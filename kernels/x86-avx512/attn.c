@@ -18,56 +18,134 @@ static inline __m512 load16(const void *row, int64_t i, int64_t n, enum dtype t)
     return _mm512_maskz_loadu_ps(m, (const float *)row + i);
 }
 
-static void attn_head_avx512(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                      int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                      float *scratch) {
-    const size_t es = kv_type == DTYPE_F16 ? 2 : 4;
-    /* Scores. */
-    float max = -INFINITY;
-    for (int64_t t = 0; t < n_kv; t++) {
-        const uint8_t *kt = (const uint8_t *)k + (size_t)(t * k_stride) * es;
+/* 16 values of a KV row that has them all, as f32. */
+NM_INLINE __m512 load16_full(const void *row, int64_t i, const enum dtype t) {
+    return t == DTYPE_F16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
+                          : _mm512_loadu_ps((const float *)row + i);
+}
+
+/* Lane j = the sum of a[j]'s 16 lanes (a transposing tree of unpacks, shuffles and adds). */
+NM_INLINE __m512 hsum16x16(const __m512 *a) {
+    __m512 b[8], c[4], d[2];
+    NM_UNROLL for (int i = 0; i < 8; i++) b[i] =
+        _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]), _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+    NM_UNROLL for (int i = 0; i < 4; i++) c[i] =
+        _mm512_add_ps(_mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                      _mm512_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    NM_UNROLL for (int i = 0; i < 2; i++) d[i] =
+        _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Scores q.k * scale of keys [t0, t0 + 16) into scratch (16 keys in the lanes of one vector:
+ * no horizontal sum per key); returns them. */
+NM_INLINE __m512 head_scores16(float *scratch, const float *q, const uint8_t *k, int64_t t0, int64_t k_stride,
+                               int64_t head_dim, float scale, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    const uint8_t *kr[16];
+    __m512 a[16];
+    NM_UNROLL for (int j = 0; j < 16; j++) {
+        a[j] = _mm512_setzero_ps();
+        kr[j] = k + (size_t)((t0 + j) * k_stride) * es;
+    }
+    int64_t i = 0;
+    for (; i + 16 <= head_dim; i += 16) {
+        const __m512 qv = _mm512_loadu_ps(q + i);
+        NM_UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(qv, load16_full(kr[j], i, t), a[j]);
+    }
+    if (i < head_dim) {
+        const __m512 qv = _mm512_maskz_loadu_ps((__mmask16)((1u << (head_dim - i)) - 1), q + i);
+        NM_UNROLL for (int j = 0; j < 16; j++) a[j] = _mm512_fmadd_ps(qv, load16(kr[j], i, head_dim, t), a[j]);
+    }
+    const __m512 s = _mm512_mul_ps(hsum16x16(a), _mm512_set1_ps(scale));
+    _mm512_storeu_ps(scratch + t0, s);
+    return s;
+}
+
+/* out[0, n) (n <= 16 NR; NR a literal) = sum over the keys of p[u] V[u] times inv: NR
+ * accumulators kept in registers. */
+NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t n_kv, int64_t v_stride,
+                       int64_t i0, int64_t head_dim_v, float inv, const int NR, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    __m512 acc[8];
+    NM_UNROLL for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < n_kv; u++) {
+        const uint8_t *vt = v + (size_t)(u * v_stride) * es;
+        const __m512 pu = _mm512_set1_ps(p[u]);
+        NM_UNROLL for (int r = 0; r < NR; r++) {
+            const __m512 x = i0 + r * 16 + 16 <= head_dim_v ? load16_full(vt, i0 + r * 16, t)
+                                                            : load16(vt, i0 + r * 16, head_dim_v, t);
+            acc[r] = _mm512_fmadd_ps(pu, x, acc[r]);
+        }
+    }
+    NM_UNROLL for (int r = 0; r < NR; r++) {
+        const int64_t left = n - r * 16;
+        const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        _mm512_mask_storeu_ps(out + r * 16, m, _mm512_mul_ps(acc[r], _mm512_set1_ps(inv)));
+    }
+}
+
+/* The decode kernel for one KV type t (a literal after inlining). */
+NM_INLINE void attn_head_avx512_t(float *out, const float *q, const uint8_t *k, const uint8_t *v, int64_t n_kv,
+                                  int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v,
+                                  float scale, float *scratch, const enum dtype t) {
+    const size_t es = t == DTYPE_F16 ? 2 : 4;
+    /* Scores, 16 keys at a time, then the rest one by one. */
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    int64_t t0 = 0;
+    for (; t0 + 16 <= n_kv; t0 += 16)
+        vmax = _mm512_max_ps(vmax, head_scores16(scratch, q, k, t0, k_stride, head_dim, scale, t));
+    float max = _mm512_reduce_max_ps(vmax);
+    for (; t0 < n_kv; t0++) {
+        const uint8_t *kt = k + (size_t)(t0 * k_stride) * es;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t i = 0; i < head_dim; i += 16) {
             const __mmask16 m = head_dim - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (head_dim - i)) - 1);
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(kt, i, head_dim, kv_type), acc);
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(kt, i, head_dim, t), acc);
         }
         const float s = _mm512_reduce_add_ps(acc) * scale;
-        scratch[t] = s;
+        scratch[t0] = s;
         max = s > max ? s : max;
     }
     /* Softmax numerators and their sum. */
-    const __m512 vmax = _mm512_set1_ps(max);
+    const __m512 bmax = _mm512_set1_ps(max);
     __m512 vsum = _mm512_setzero_ps();
-    int64_t t = 0;
-    for (; t + 16 <= n_kv; t += 16) {
-        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scratch + t), vmax));
-        _mm512_storeu_ps(scratch + t, e);
+    int64_t u = 0;
+    for (; u + 16 <= n_kv; u += 16) {
+        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scratch + u), bmax));
+        _mm512_storeu_ps(scratch + u, e);
         vsum = _mm512_add_ps(vsum, e);
     }
-    if (t < n_kv) {
-        const __mmask16 m = (__mmask16)((1u << (n_kv - t)) - 1);
-        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + t), vmax));
-        _mm512_mask_storeu_ps(scratch + t, m, e);
+    if (u < n_kv) {
+        const __mmask16 m = (__mmask16)((1u << (n_kv - u)) - 1);
+        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + u), bmax));
+        _mm512_mask_storeu_ps(scratch + u, m, e);
         vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
     }
     const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-    /* Weighted sum of V rows, 16 output values per register; head_dim_v <= 512 in one pass. */
+    /* Weighted sum of V rows, 16 output values per register, up to 128 per pass. */
     for (int64_t i0 = 0; i0 < head_dim_v; i0 += 128) {
         const int64_t nv = head_dim_v - i0 < 128 ? head_dim_v - i0 : 128;
-        __m512 acc[8];
-        for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
-        for (int64_t u = 0; u < n_kv; u++) {
-            const uint8_t *vt = (const uint8_t *)v + (size_t)(u * v_stride) * es;
-            const __m512 p = _mm512_set1_ps(scratch[u]);
-            for (int r = 0; r * 16 < nv; r++) acc[r] = _mm512_fmadd_ps(p, load16(vt, i0 + r * 16, head_dim_v, kv_type), acc[r]);
-        }
-        const __m512 vinv = _mm512_set1_ps(inv);
-        for (int r = 0; r * 16 < nv; r++) {
-            const int64_t n = nv - r * 16;
-            const __mmask16 m = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
-            _mm512_mask_storeu_ps(out + i0 + r * 16, m, _mm512_mul_ps(acc[r], vinv));
+        switch ((nv + 15) / 16) {
+#define PV_CASE(NR) \
+    case NR: head_pv(out + i0, nv, scratch, v, n_kv, v_stride, i0, head_dim_v, inv, NR, t); break;
+            PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
+#undef PV_CASE
         }
     }
+}
+
+/* Scores of 16 keys per vector (no horizontal sum per key) and the weighted sum of V in
+ * registers, one copy per KV type. */
+static void attn_head_avx512(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
+                             int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
+                             float *scratch) {
+    if (kv_type == DTYPE_F16)
+        attn_head_avx512_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F16);
+    else
+        attn_head_avx512_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F32);
 }
 
 /* ---- prompt attention: blocks of ATTN_Q_BLOCK queries x ATTN_KV_BLOCK keys -----------------
