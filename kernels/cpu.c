@@ -165,7 +165,7 @@ static void tables_init(void) {
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
     g_ref.swiglu = op_swiglu_ref;
     g_ref.pk_gemm = pk_gemm_ref;
-    g_ref.attn_head = op_attention_head_ref;
+    g_ref.attn_heads = op_attention_heads_ref;
     g_ref.attn_queries = op_attention_queries_ref;
     g_ref.attn_queries_scratch = op_attention_queries_ref_scratch;
 

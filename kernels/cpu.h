@@ -44,11 +44,11 @@ struct kern_isa {
     void (*pk_gemm)(const struct pk_args *a);
     /* op_swiglu_ref twin (ops.h). */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
-    /* op_attention_head_ref and op_attention_queries_ref twins (ops.h; same arguments), and the
+    /* op_attention_heads_ref and op_attention_queries_ref twins (ops.h; same arguments), and the
      * scratch floats the latter needs. */
-    void (*attn_head)(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                      int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                      float *scratch);
+    void (*attn_heads)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                       const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                       int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
     void (*attn_queries)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int64_t n_q, int64_t pos0,
                          const void *k, const void *v, enum dtype kv_type, int64_t k_stride, int64_t v_stride,
                          int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);

@@ -63,36 +63,41 @@ void op_store_kv(void *dst, const float *src, int64_t n, enum dtype kv_type) {
 }
 
 /* The attention kernels follow the ISA path chosen once for all kernels (cpu.h). */
-void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                       int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                       float *scratch) {
-    kern_isa_get()->attn_head(out, q, k, v, kv_type, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch);
+void op_attention_heads(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                        const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                        int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
+    kern_isa_get()->attn_heads(out, out_stride, q, q_stride, n_q, k, v, kv_type, n_kv, k_stride, v_stride, head_dim,
+                               head_dim_v, scale, scratch);
 }
 
-void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
-                       int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
-                       int64_t head_dim_v, float scale, float *scratch) {
+void op_attention_heads_ref(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                            const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                            int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
     const size_t esize = kv_type == DTYPE_F16 ? 2 : 4;
-    float max = -INFINITY;
-    for (int64_t t = 0; t < n_kv; t++) {
-        const void *kt = (const uint8_t *)k + (size_t)(t * k_stride) * esize;
-        float s = 0.0f;
-        for (int64_t i = 0; i < head_dim; i++) s += q[i] * kv_load(kt, i, kv_type);
-        s *= scale;
-        scratch[t] = s;
-        if (s > max) max = s;
-    }
-    double sum = 0.0;
-    for (int64_t t = 0; t < n_kv; t++) {
-        scratch[t] = expf(scratch[t] - max);
-        sum += scratch[t];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < head_dim_v; i++) out[i] = 0.0f;
-    for (int64_t t = 0; t < n_kv; t++) {
-        const float p = scratch[t] * inv;
-        const void *vt = (const uint8_t *)v + (size_t)(t * v_stride) * esize;
-        for (int64_t i = 0; i < head_dim_v; i++) out[i] += p * kv_load(vt, i, kv_type);
+    for (int j = 0; j < n_q; j++) {
+        const float *qj = q + j * q_stride;
+        float *oj = out + j * out_stride;
+        float max = -INFINITY;
+        for (int64_t t = 0; t < n_kv; t++) {
+            const void *kt = (const uint8_t *)k + (size_t)(t * k_stride) * esize;
+            float s = 0.0f;
+            for (int64_t i = 0; i < head_dim; i++) s += qj[i] * kv_load(kt, i, kv_type);
+            s *= scale;
+            scratch[t] = s;
+            if (s > max) max = s;
+        }
+        double sum = 0.0;
+        for (int64_t t = 0; t < n_kv; t++) {
+            scratch[t] = expf(scratch[t] - max);
+            sum += scratch[t];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int64_t i = 0; i < head_dim_v; i++) oj[i] = 0.0f;
+        for (int64_t t = 0; t < n_kv; t++) {
+            const float p = scratch[t] * inv;
+            const void *vt = (const uint8_t *)v + (size_t)(t * v_stride) * esize;
+            for (int64_t i = 0; i < head_dim_v; i++) oj[i] += p * kv_load(vt, i, kv_type);
+        }
     }
 }
 

@@ -32,16 +32,20 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 /* x[i] += y[i] */
 void op_add(float *x, const float *y, int64_t n);
 
-/* Attention of one query head over positions [0, n_kv): scores = q . k_t * scale, softmax,
- * out = sum_t p_t v_t. Row t of k starts k_stride elements after row t-1 (v: v_stride); both
- * of type kv_type (F32 or F16). scratch holds n_kv floats. */
-void op_attention_head(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
-                       int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
-                       int64_t head_dim_v, float scale, float *scratch);
-/* The plain-C reference of op_attention_head (which runs the ISA path's version). */
-void op_attention_head_ref(float *out, const float *q, const void *k, const void *v, enum dtype kv_type,
-                           int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
-                           int64_t head_dim_v, float scale, float *scratch);
+/* Decode attention of one row: n_q query heads that share one KV head (a GQA group; 1 without
+ * GQA), each over positions [0, n_kv): scores = q . k_t * scale, softmax, out = sum_t p_t v_t.
+ * Query head j's q starts at q + j * q_stride, its output at out + j * out_stride (head_dim_v
+ * floats). Row t of k starts k_stride elements after row t-1 (v: v_stride); both of type kv_type
+ * (F32 or F16). A head's result has the same bits whatever n_q (the fast versions read each
+ * block of keys once for all n_q heads). scratch holds n_q * n_kv floats. Runs the ISA path's
+ * version. */
+void op_attention_heads(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                        const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                        int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
+/* The plain-C reference of op_attention_heads: one head after the other. */
+void op_attention_heads_ref(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                            const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                            int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);
 
 /* Prompt attention (issue 4), flash-style: n_q consecutive query rows of one head, query i at
  * position pos0 + i, causal (it sees KV positions 0 .. pos0 + i, so n_kv >= pos0 + n_q rows of k
@@ -50,7 +54,7 @@ void op_attention_head_ref(float *out, const float *q, const void *k, const void
  * max and sum per query, the output rescaled when the max grows), so no [n_q][n_kv] score matrix
  * exists; the AVX-512 and AVX2 versions take queries in blocks of ATTN_Q_BLOCK (one per vector
  * lane: two zmm, four ymm) so every K/V value loaded serves the block. k, v, kv_type, strides, head dims and
- * scale as op_attention_head. scratch: op_attention_queries_scratch(head_dim, head_dim_v)
+ * scale as op_attention_heads. scratch: op_attention_queries_scratch(head_dim, head_dim_v)
  * floats. Runs the ISA path's version. */
 #define ATTN_KV_BLOCK 64
 #define ATTN_Q_BLOCK 32

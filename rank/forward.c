@@ -293,7 +293,10 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         e->xg = alloc_f32(B * c->n_embd, "expert inputs");
         e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
     }
-    e->scores_stride = (NM_MAX(e->kv.n_ctx_seq, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
+    /* decode: a KV group's query heads at once (op_attention_heads) */
+    const int64_t group = NM_MAX(1, c->n_head / NM_MAX(1, c->n_head_kv));
+    e->scores_stride =
+        (NM_MAX(e->kv.n_ctx_seq * group, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
     e->scores = alloc_f32((int64_t)pool_size(pool) * e->scores_stride, "attention scratch");
     int64_t k_max = NM_MAX(NM_MAX(c->n_embd, e->n_ff_l), e->wo_k);
     e->q8 = nm_alloc(act_q8_bytes((int)B, k_max), 64, "quantized activations");
@@ -568,7 +571,7 @@ static int64_t attn_kv_head(const struct engine *e, int64_t h) {
 }
 
 /* The batch's attention work (e->attn_items), dealt to the threads in turn. A sequence's run of
- * adjacent rows, when it is a single row (decode: op_attention_head), gives one item per KV head
+ * adjacent rows, when it is a single row (decode: op_attention_heads), gives one item per KV head
  * where that makes enough items for the threads: the query heads that share it run one after the
  * other on one thread, so that K and V come from that core's cache after the first (a 16-sequence
  * decode step of an 8B model spent 11% of its time here, reading each KV head once per query
@@ -621,15 +624,16 @@ static void attn_worker(void *ctx, int ith, int nth) {
     for (long i = ith; i < (long)e->n_attn_items; i += nth) {
         const struct attn_item *it = &e->attn_items[i];
         const int64_t cell0 = kv_cell(&e->kv, it->seq, 0); /* the sequence's position 0 */
-        for (int64_t h = it->h0; h < it->h0 + it->nh; h++) {
+        /* an item's heads share one KV head when it is a single row's (attn_plan) */
+        for (int64_t h = it->h0; h < it->h0 + it->nh; h += it->alone ? it->nh : 1) {
             const int64_t hk = attn_kv_head(e, h); /* local KV head */
             const float *q = e->q + (int64_t)it->row0 * nh * hd + h * hd;
             float *out = e->att + (int64_t)it->row0 * e->wo_k + e->wo_off + h * hdv;
             const void *k0 = (const uint8_t *)kv_k(&e->kv, j->layer, cell0) + (size_t)(hk * hd) * es;
             const void *v0 = (const uint8_t *)kv_v(&e->kv, j->layer, cell0) + (size_t)(hk * hdv) * es;
             if (it->alone)
-                op_attention_head(out, q, k0, v0, e->kv.type, it->pos0 + 1, e->kv.k_row, e->kv.v_row, hd, hdv, scale,
-                                  scratch);
+                op_attention_heads(out, hdv, q, hd, it->nh, k0, v0, e->kv.type, it->pos0 + 1, e->kv.k_row, e->kv.v_row,
+                                   hd, hdv, scale, scratch);
             else
                 op_attention_queries(out, e->wo_k, q, nh * hd, it->n, it->pos0, k0, v0, e->kv.type, e->kv.k_row,
                                      e->kv.v_row, hd, hdv, scale, scratch);

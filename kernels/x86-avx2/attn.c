@@ -1,4 +1,4 @@
-/* Attention with AVX2 + FMA (the twins of op_attention_head_ref and op_attention_queries_ref,
+/* Attention with AVX2 + FMA (the twins of op_attention_heads_ref and op_attention_queries_ref,
  * ops.h), laid out as the AVX-512 kernels are, in 8-lane vectors and 16 registers: K and V rows
  * widened from f16 8 values at a time (vcvtph2ps), dot products and weighted sums in vector
  * registers, the softmax's exponentials 8 at a time with the polynomial of the AVX-512 files
@@ -64,6 +64,13 @@ NM_INLINE __m256 load8_full(const void *row, int64_t i, const enum dtype t) {
                           : _mm256_loadu_ps((const float *)row + i);
 }
 
+/* Lanes [0, n) of the floats at p (lanes n.. 0; nothing past p + n read). */
+NM_INLINE __m256 loadf8(const float *p, int64_t n) {
+    if (n >= 8) return _mm256_loadu_ps(p);
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(p, m);
+}
+
 /* Store lanes [0, n) of v (n <= 8) at p. */
 NM_INLINE void store8(float *p, int64_t n, __m256 v) {
     if (n >= 8) {
@@ -110,14 +117,15 @@ NM_INLINE __m256 head_scores8(float *scratch, const float *q, const uint8_t *k, 
     return s;
 }
 
-/* out[0, 8 NR) (n values; NR a literal) = sum over the keys of p[u] V[u] times inv: NR
- * accumulators kept in registers. */
-NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t n_kv, int64_t v_stride,
-                       int64_t i0, int64_t head_dim_v, float inv, const int NR, const enum dtype t) {
+/* out[0, n) (n <= 8 NR; NR a literal) += sum over keys [u0, u1) of p[u] V[u][i0 ..]: NR
+ * accumulators loaded from out, kept in registers over the keys, stored back (the same sums as
+ * accumulating in registers over all the keys at once). */
+NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t u0, int64_t u1,
+                       int64_t v_stride, int64_t i0, int64_t head_dim_v, const int NR, const enum dtype t) {
     const size_t es = t == DTYPE_F16 ? 2 : 4;
     __m256 acc[8];
-    NM_UNROLL for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t u = 0; u < n_kv; u++) {
+    NM_UNROLL for (int r = 0; r < NR; r++) acc[r] = loadf8(out + r * 8, n - r * 8);
+    for (int64_t u = u0; u < u1; u++) {
         const uint8_t *vt = v + (size_t)(u * v_stride) * es;
         const __m256 pu = _mm256_broadcast_ss(p + u);
         NM_UNROLL for (int r = 0; r < NR; r++) {
@@ -125,64 +133,99 @@ NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, 
             acc[r] = _mm256_fmadd_ps(pu, x, acc[r]);
         }
     }
-    NM_UNROLL for (int r = 0; r < NR; r++) store8(out + r * 8, n - r * 8, _mm256_mul_ps(acc[r], _mm256_set1_ps(inv)));
+    NM_UNROLL for (int r = 0; r < NR; r++) store8(out + r * 8, n - r * 8, acc[r]);
 }
 
-/* The decode kernel for one KV type t (a literal after inlining). */
-NM_INLINE void attn_head_avx2_t(float *out, const float *q, const uint8_t *k, const uint8_t *v, int64_t n_kv,
-                                int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                                float *scratch, const enum dtype t) {
+/* Query heads per pass of the decode kernel (its per-head state lives in arrays of this size). */
+#define HEADS_PASS 16
+
+/* The decode kernel for n_q <= HEADS_PASS heads and one KV type t (a literal after inlining).
+ * Keys go in blocks of 8, each block for every head in turn, so its K and V rows come from L1
+ * after the first head; a head's operations are those it gets alone. */
+NM_INLINE void attn_heads_avx2_t(float *out, int64_t ldo, const float *q, int64_t ldq, int n_q, const uint8_t *k,
+                                 const uint8_t *v, int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
+                                 int64_t head_dim_v, float scale, float *scratch, const enum dtype t) {
     const size_t es = t == DTYPE_F16 ? 2 : 4;
-    /* Scores, 8 keys at a time, then the rest one by one. */
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    /* Scores into scratch + j n_kv, 8 keys at a time, then the rest one by one. */
+    __m256 vmax[HEADS_PASS];
+    float inv[HEADS_PASS];
+    for (int j = 0; j < n_q; j++) vmax[j] = _mm256_set1_ps(-INFINITY);
     int64_t t0 = 0;
     for (; t0 + 8 <= n_kv; t0 += 8)
-        vmax = _mm256_max_ps(vmax, head_scores8(scratch, q, k, t0, k_stride, head_dim, scale, t));
-    float max = hmax8(vmax);
-    for (; t0 < n_kv; t0++) {
-        const uint8_t *kt = k + (size_t)(t0 * k_stride) * es;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t i = 0; i < head_dim; i += 8) acc = _mm256_fmadd_ps(load8(q, i, head_dim, DTYPE_F32), load8(kt, i, head_dim, t), acc);
-        const float s = hsum8(acc) * scale;
-        scratch[t0] = s;
-        max = s > max ? s : max;
+        for (int j = 0; j < n_q; j++)
+            vmax[j] = _mm256_max_ps(vmax[j], head_scores8(scratch + j * n_kv, q + j * ldq, k, t0, k_stride, head_dim,
+                                                          scale, t));
+    for (int j = 0; j < n_q; j++) {
+        const float *qj = q + j * ldq;
+        float *sj = scratch + j * n_kv;
+        float max = hmax8(vmax[j]);
+        for (int64_t u = t0; u < n_kv; u++) {
+            const uint8_t *kt = k + (size_t)(u * k_stride) * es;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t i = 0; i < head_dim; i += 8)
+                acc = _mm256_fmadd_ps(load8(qj, i, head_dim, DTYPE_F32), load8(kt, i, head_dim, t), acc);
+            const float s = hsum8(acc) * scale;
+            sj[u] = s;
+            max = s > max ? s : max;
+        }
+        const __m256 bmax = _mm256_set1_ps(max);
+        __m256 vsum = _mm256_setzero_ps();
+        int64_t u = 0;
+        for (; u + 8 <= n_kv; u += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sj + u), bmax));
+            _mm256_storeu_ps(sj + u, e);
+            vsum = _mm256_add_ps(vsum, e);
+        }
+        float sum = hsum8(vsum);
+        for (; u < n_kv; u++) { /* the tail one lane at a time, the same polynomial */
+            const float e = _mm256_cvtss_f32(exp8(_mm256_set1_ps(sj[u] - max)));
+            sj[u] = e;
+            sum += e;
+        }
+        inv[j] = 1.0f / sum;
     }
-    const __m256 bmax = _mm256_set1_ps(max);
-    __m256 vsum = _mm256_setzero_ps();
-    int64_t u = 0;
-    for (; u + 8 <= n_kv; u += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scratch + u), bmax));
-        _mm256_storeu_ps(scratch + u, e);
-        vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = hsum8(vsum);
-    for (; u < n_kv; u++) { /* the tail one lane at a time, the same polynomial */
-        const float e = _mm256_cvtss_f32(exp8(_mm256_set1_ps(scratch[u] - max)));
-        scratch[u] = e;
-        sum += e;
-    }
-    const float inv = 1.0f / sum;
-    /* Weighted sum of V rows, 8 output values per register, up to 64 per pass. */
+    /* Weighted sums of V rows, up to 64 output values per pass, 8 keys at a time for every head,
+     * then each output times its head's 1 / sum. */
     for (int64_t i0 = 0; i0 < head_dim_v; i0 += 64) {
         const int64_t nv = head_dim_v - i0 < 64 ? head_dim_v - i0 : 64;
-        switch ((nv + 7) / 8) {
+        for (int j = 0; j < n_q; j++) memset(out + j * ldo + i0, 0, (size_t)nv * sizeof(float));
+        for (int64_t u0 = 0; u0 < n_kv; u0 += 8) {
+            const int64_t u1 = n_kv - u0 < 8 ? n_kv : u0 + 8;
+            for (int j = 0; j < n_q; j++) {
+                float *oj = out + j * ldo + i0;
+                const float *pj = scratch + j * n_kv;
+                switch ((nv + 7) / 8) {
 #define PV_CASE(NR) \
-    case NR: head_pv(out + i0, nv, scratch, v, n_kv, v_stride, i0, head_dim_v, inv, NR, t); break;
-            PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
+    case NR: head_pv(oj, nv, pj, v, u0, u1, v_stride, i0, head_dim_v, NR, t); break;
+                    PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
 #undef PV_CASE
+                }
+            }
+        }
+        for (int j = 0; j < n_q; j++) {
+            float *oj = out + j * ldo + i0;
+            for (int64_t c = 0; c < nv; c += 8)
+                store8(oj + c, nv - c, _mm256_mul_ps(loadf8(oj + c, nv - c), _mm256_set1_ps(inv[j])));
         }
     }
 }
 
-/* Scores of 8 keys per vector (no horizontal sum per key) and the weighted sum of V in
- * registers, one copy per KV type. */
-static void attn_head_avx2(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                           int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                           float *scratch) {
-    if (kv_type == DTYPE_F16)
-        attn_head_avx2_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F16);
-    else
-        attn_head_avx2_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F32);
+/* Scores of 8 keys per vector (no horizontal sum per key), the weighted sums of V in registers,
+ * each block of keys read once for up to HEADS_PASS heads; one copy per KV type. */
+static void attn_heads_avx2(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                            const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                            int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
+    for (int j0 = 0; j0 < n_q; j0 += HEADS_PASS) {
+        const int nj = n_q - j0 < HEADS_PASS ? n_q - j0 : HEADS_PASS;
+        float *o = out + j0 * out_stride;
+        const float *qj = q + j0 * q_stride;
+        if (kv_type == DTYPE_F16)
+            attn_heads_avx2_t(o, out_stride, qj, q_stride, nj, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v,
+                              scale, scratch, DTYPE_F16);
+        else
+            attn_heads_avx2_t(o, out_stride, qj, q_stride, nj, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v,
+                              scale, scratch, DTYPE_F32);
+    }
 }
 
 /* ---- prompt attention: blocks of ATTN_Q_BLOCK queries x ATTN_KV_BLOCK keys -----------------
@@ -340,7 +383,7 @@ static void attn_queries_avx2(float *out, int64_t out_stride, const float *q, in
 }
 
 void avx2_fill_attn(struct kern_isa *t) {
-    t->attn_head = attn_head_avx2;
+    t->attn_heads = attn_heads_avx2;
     t->attn_queries = attn_queries_avx2;
     t->attn_queries_scratch = attn_queries_avx2_scratch;
 }

@@ -1,9 +1,10 @@
 /* Attention of one query head over the KV cache with AVX-512: K and V rows converted from f16
  * 16 values at a time (vcvtph2ps), dot products and the weighted sum of V in vector registers,
  * and the softmax's exponentials 16 at a time with a polynomial (relative error < 2e-7, like
- * expf to a few ulp). The plain-C op_attention_head is the reference it is tested against. */
+ * expf to a few ulp). The plain-C op_attention_heads_ref is the reference it is tested against. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #include "../base.h"
 #include "../ops.h"
@@ -64,14 +65,20 @@ NM_INLINE __m512 head_scores16(float *scratch, const float *q, const uint8_t *k,
     return s;
 }
 
-/* out[0, n) (n <= 16 NR; NR a literal) = sum over the keys of p[u] V[u] times inv: NR
- * accumulators kept in registers. */
-NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t n_kv, int64_t v_stride,
-                       int64_t i0, int64_t head_dim_v, float inv, const int NR, const enum dtype t) {
+/* out[0, n) (n <= 16 NR; NR a literal) += sum over keys [u0, u1) of p[u] V[u][i0 ..]: NR
+ * accumulators loaded from out, kept in registers over the keys, stored back (the same sums as
+ * accumulating in registers over all the keys at once). */
+NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, int64_t u0, int64_t u1,
+                       int64_t v_stride, int64_t i0, int64_t head_dim_v, const int NR, const enum dtype t) {
     const size_t es = t == DTYPE_F16 ? 2 : 4;
     __m512 acc[8];
-    NM_UNROLL for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t u = 0; u < n_kv; u++) {
+    __mmask16 m[8];
+    NM_UNROLL for (int r = 0; r < NR; r++) {
+        const int64_t left = n - r * 16;
+        m[r] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        acc[r] = _mm512_maskz_loadu_ps(m[r], out + r * 16);
+    }
+    for (int64_t u = u0; u < u1; u++) {
         const uint8_t *vt = v + (size_t)(u * v_stride) * es;
         const __m512 pu = _mm512_set1_ps(p[u]);
         NM_UNROLL for (int r = 0; r < NR; r++) {
@@ -80,72 +87,105 @@ NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, 
             acc[r] = _mm512_fmadd_ps(pu, x, acc[r]);
         }
     }
-    NM_UNROLL for (int r = 0; r < NR; r++) {
-        const int64_t left = n - r * 16;
-        const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-        _mm512_mask_storeu_ps(out + r * 16, m, _mm512_mul_ps(acc[r], _mm512_set1_ps(inv)));
-    }
+    NM_UNROLL for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(out + r * 16, m[r], acc[r]);
 }
 
-/* The decode kernel for one KV type t (a literal after inlining). */
-NM_INLINE void attn_head_avx512_t(float *out, const float *q, const uint8_t *k, const uint8_t *v, int64_t n_kv,
-                                  int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v,
-                                  float scale, float *scratch, const enum dtype t) {
+/* Query heads per pass of the decode kernel (its per-head state lives in arrays of this size). */
+#define HEADS_PASS 16
+
+/* The decode kernel for n_q <= HEADS_PASS heads and one KV type t (a literal after inlining).
+ * Keys go in blocks of 16, each block for every head in turn, so its K and V rows come from L1
+ * after the first head; a head's operations are those it gets alone. */
+NM_INLINE void attn_heads_avx512_t(float *out, int64_t ldo, const float *q, int64_t ldq, int n_q, const uint8_t *k,
+                                   const uint8_t *v, int64_t n_kv, int64_t k_stride, int64_t v_stride, int64_t head_dim,
+                                   int64_t head_dim_v, float scale, float *scratch, const enum dtype t) {
     const size_t es = t == DTYPE_F16 ? 2 : 4;
-    /* Scores, 16 keys at a time, then the rest one by one. */
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    /* Scores into scratch + j n_kv, 16 keys at a time, then the rest one by one. */
+    __m512 vmax[HEADS_PASS];
+    float inv[HEADS_PASS];
+    for (int j = 0; j < n_q; j++) vmax[j] = _mm512_set1_ps(-INFINITY);
     int64_t t0 = 0;
     for (; t0 + 16 <= n_kv; t0 += 16)
-        vmax = _mm512_max_ps(vmax, head_scores16(scratch, q, k, t0, k_stride, head_dim, scale, t));
-    float max = _mm512_reduce_max_ps(vmax);
-    for (; t0 < n_kv; t0++) {
-        const uint8_t *kt = k + (size_t)(t0 * k_stride) * es;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t i = 0; i < head_dim; i += 16) {
-            const __mmask16 m = head_dim - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (head_dim - i)) - 1);
-            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(kt, i, head_dim, t), acc);
+        for (int j = 0; j < n_q; j++)
+            vmax[j] = _mm512_max_ps(vmax[j], head_scores16(scratch + j * n_kv, q + j * ldq, k, t0, k_stride, head_dim,
+                                                           scale, t));
+    for (int j = 0; j < n_q; j++) {
+        const float *qj = q + j * ldq;
+        float *sj = scratch + j * n_kv;
+        float max = _mm512_reduce_max_ps(vmax[j]);
+        for (int64_t u = t0; u < n_kv; u++) {
+            const uint8_t *kt = k + (size_t)(u * k_stride) * es;
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t i = 0; i < head_dim; i += 16) {
+                const __mmask16 m = head_dim - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (head_dim - i)) - 1);
+                acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, qj + i), load16(kt, i, head_dim, t), acc);
+            }
+            const float s = _mm512_reduce_add_ps(acc) * scale;
+            sj[u] = s;
+            max = s > max ? s : max;
         }
-        const float s = _mm512_reduce_add_ps(acc) * scale;
-        scratch[t0] = s;
-        max = s > max ? s : max;
+        /* Softmax numerators and their sum. */
+        const __m512 bmax = _mm512_set1_ps(max);
+        __m512 vsum = _mm512_setzero_ps();
+        int64_t u = 0;
+        for (; u + 16 <= n_kv; u += 16) {
+            const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(sj + u), bmax));
+            _mm512_storeu_ps(sj + u, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        if (u < n_kv) {
+            const __mmask16 m = (__mmask16)((1u << (n_kv - u)) - 1);
+            const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, sj + u), bmax));
+            _mm512_mask_storeu_ps(sj + u, m, e);
+            vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
+        }
+        inv[j] = 1.0f / _mm512_reduce_add_ps(vsum);
     }
-    /* Softmax numerators and their sum. */
-    const __m512 bmax = _mm512_set1_ps(max);
-    __m512 vsum = _mm512_setzero_ps();
-    int64_t u = 0;
-    for (; u + 16 <= n_kv; u += 16) {
-        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_loadu_ps(scratch + u), bmax));
-        _mm512_storeu_ps(scratch + u, e);
-        vsum = _mm512_add_ps(vsum, e);
-    }
-    if (u < n_kv) {
-        const __mmask16 m = (__mmask16)((1u << (n_kv - u)) - 1);
-        const __m512 e = nm_exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scratch + u), bmax));
-        _mm512_mask_storeu_ps(scratch + u, m, e);
-        vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(m, e));
-    }
-    const float inv = 1.0f / _mm512_reduce_add_ps(vsum);
-    /* Weighted sum of V rows, 16 output values per register, up to 128 per pass. */
+    /* Weighted sums of V rows, up to 128 output values per pass, 16 keys at a time for every
+     * head, then each output times its head's 1 / sum. */
     for (int64_t i0 = 0; i0 < head_dim_v; i0 += 128) {
         const int64_t nv = head_dim_v - i0 < 128 ? head_dim_v - i0 : 128;
-        switch ((nv + 15) / 16) {
+        for (int j = 0; j < n_q; j++) memset(out + j * ldo + i0, 0, (size_t)nv * sizeof(float));
+        for (int64_t u0 = 0; u0 < n_kv; u0 += 16) {
+            const int64_t u1 = n_kv - u0 < 16 ? n_kv : u0 + 16;
+            for (int j = 0; j < n_q; j++) {
+                float *oj = out + j * ldo + i0;
+                const float *pj = scratch + j * n_kv;
+                switch ((nv + 15) / 16) {
 #define PV_CASE(NR) \
-    case NR: head_pv(out + i0, nv, scratch, v, n_kv, v_stride, i0, head_dim_v, inv, NR, t); break;
-            PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
+    case NR: head_pv(oj, nv, pj, v, u0, u1, v_stride, i0, head_dim_v, NR, t); break;
+                    PV_CASE(1) PV_CASE(2) PV_CASE(3) PV_CASE(4) PV_CASE(5) PV_CASE(6) PV_CASE(7) PV_CASE(8)
 #undef PV_CASE
+                }
+            }
+        }
+        for (int j = 0; j < n_q; j++) {
+            float *oj = out + j * ldo + i0;
+            const __m512 vi = _mm512_set1_ps(inv[j]);
+            for (int64_t c = 0; c < nv; c += 16) {
+                const __mmask16 m = nv - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nv - c)) - 1);
+                _mm512_mask_storeu_ps(oj + c, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, oj + c), vi));
+            }
         }
     }
 }
 
-/* Scores of 16 keys per vector (no horizontal sum per key) and the weighted sum of V in
- * registers, one copy per KV type. */
-static void attn_head_avx512(float *out, const float *q, const void *k, const void *v, enum dtype kv_type, int64_t n_kv,
-                             int64_t k_stride, int64_t v_stride, int64_t head_dim, int64_t head_dim_v, float scale,
-                             float *scratch) {
-    if (kv_type == DTYPE_F16)
-        attn_head_avx512_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F16);
-    else
-        attn_head_avx512_t(out, q, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v, scale, scratch, DTYPE_F32);
+/* Scores of 16 keys per vector (no horizontal sum per key), the weighted sums of V in registers,
+ * each block of keys read once for up to HEADS_PASS heads; one copy per KV type. */
+static void attn_heads_avx512(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
+                              const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
+                              int64_t head_dim, int64_t head_dim_v, float scale, float *scratch) {
+    for (int j0 = 0; j0 < n_q; j0 += HEADS_PASS) {
+        const int nj = n_q - j0 < HEADS_PASS ? n_q - j0 : HEADS_PASS;
+        float *o = out + j0 * out_stride;
+        const float *qj = q + j0 * q_stride;
+        if (kv_type == DTYPE_F16)
+            attn_heads_avx512_t(o, out_stride, qj, q_stride, nj, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v,
+                                scale, scratch, DTYPE_F16);
+        else
+            attn_heads_avx512_t(o, out_stride, qj, q_stride, nj, k, v, n_kv, k_stride, v_stride, head_dim, head_dim_v,
+                                scale, scratch, DTYPE_F32);
+    }
 }
 
 /* ---- prompt attention: blocks of ATTN_Q_BLOCK queries x ATTN_KV_BLOCK keys -----------------
@@ -315,7 +355,7 @@ static void attn_queries_avx512(float *out, int64_t out_stride, const float *q, 
 }
 
 void avx512_fill_attn(struct kern_isa *t) {
-    t->attn_head = attn_head_avx512;
+    t->attn_heads = attn_heads_avx512;
     t->attn_queries = attn_queries_avx512;
     t->attn_queries_scratch = attn_queries_avx512_scratch;
 }

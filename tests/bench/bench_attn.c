@@ -3,7 +3,7 @@
  * thread. Prints GFLOP/s (2 x the multiply-adds of q.k and p.v over the causal triangle) against
  * the one-core FMA peak (2 x 16 f32 lanes x 2 flops per cycle at the clock measured here), and
  * the plain-C reference's rate for comparison.
- * --decode G: decode attention instead (op_attention_head): one row's G query heads sharing one
+ * --decode G: decode attention instead (op_attention_heads): one row's G query heads sharing one
  * KV head over n keys of a cache with 8 KV heads per row (the rows' stride), as a decode step's
  * work item runs them; GFLOP/s of the G heads' q.k and p.v, the KV in cache after the warm-up.
  * Usage: bench_attn [-n N,...] [-d HEAD_DIM,...] [-r REPS] [-ctk f16|f32] [--no-ref] [--decode G] */
@@ -23,9 +23,8 @@ enum { DECODE_KV_HEADS = 8 };
 static void run_decode(bool ref, float *out, const float *q, const void *k, const void *v, enum dtype kt, int64_t n,
                        int64_t hd, int g, float *scratch) {
     const int64_t stride = DECODE_KV_HEADS * hd;
-    for (int h = 0; h < g; h++)
-        (ref ? op_attention_head_ref : op_attention_head)(out + h * hd, q + h * hd, k, v, kt, n, stride, stride, hd, hd,
-                                                          1.0f / sqrtf((float)hd), scratch);
+    (ref ? op_attention_heads_ref : op_attention_heads)(out, hd, q, hd, g, k, v, kt, n, stride, stride, hd, hd,
+                                                        1.0f / sqrtf((float)hd), scratch);
 }
 
 static void run_prompt(bool ref, float *out, const float *q, const void *k, const void *v, enum dtype kt, int64_t n,
@@ -85,7 +84,7 @@ int main(int argc, char **argv) {
             const int64_t ks = decode ? DECODE_KV_HEADS * hd : hd, nq = decode ? decode : n;
             float *q = malloc((size_t)(nq * hd) * 4), *out = malloc((size_t)(nq * hd) * 4), *row = malloc((size_t)hd * 4);
             uint8_t *k = malloc((size_t)(n * ks) * es), *v = malloc((size_t)(n * ks) * es);
-            float *scratch = malloc((op_attention_queries_scratch(hd, hd) + (size_t)n) * 4);
+            float *scratch = malloc((op_attention_queries_scratch(hd, hd) + (size_t)(n * nq)) * 4);
             NM_ASSERT(q && out && row && k && v && scratch);
             for (int64_t i = 0; i < nq * hd; i++) q[i] = bench_rng_val(1.0f);
             memset(k, 0, (size_t)(n * ks) * es);

@@ -621,9 +621,9 @@ static void test_attention_spans(krng *r) {
         rows[2 * i] = pos[i];
         rows[2 * i + 1] = 0;
         for (int h = 0; h < nh; h++)
-            op_attention_head_ref(want + i * ldo + h * hdv, q + (i * nh + h) * hd, kc + h / (nh / nkv) * hd * es,
-                                  vc + h / (nh / nkv) * hdv * es, DTYPE_F16, pos[i] + 1, kr, vr, hd, hdv,
-                                  1.0f / sqrtf((float)hd), scratch);
+            op_attention_heads_ref(want + i * ldo + h * hdv, 0, q + (i * nh + h) * hd, 0, 1,
+                                   kc + h / (nh / nkv) * hd * es, vc + h / (nh / nkv) * hdv * es, DTYPE_F16, pos[i] + 1,
+                                   kr, vr, hd, hdv, 1.0f / sqrtf((float)hd), scratch);
     }
     void *dk = dev_from(kc, n_kv * kr * es), *dv = dev_from(vc, n_kv * vr * es);
     float *dq = dev_from(q, m * nh * hd * sizeof(float)), *dout = dev_from(want, m * ldo * sizeof(float));
@@ -817,8 +817,8 @@ static void test_attention(krng *r) {
         for (int i = 0; i < m; i++)
             for (int h = 0; h < nh; h++) {
                 const int hk = h / (nh / nkv);
-                op_attention_head_ref(want + i * ldo + h * hdv, q + (i * nh + h) * hd, kc + hk * hd * es,
-                                      vc + hk * hdv * es, cases[ci].kv, pos0 + i + 1, kr, vr, hd, hdv, scale, scratch);
+                op_attention_heads_ref(want + i * ldo + h * hdv, 0, q + (i * nh + h) * hd, 0, 1, kc + hk * hd * es,
+                                       vc + hk * hdv * es, cases[ci].kv, pos0 + i + 1, kr, vr, hd, hdv, scale, scratch);
             }
         void *dk = dev_from(kc, n_kv * kr * es), *dv = dev_from(vc, n_kv * vr * es);
         float *dq = dev_from(q, m * nh * hd * sizeof(float)), *dout = dev_from(want, m * ldo * sizeof(float));

@@ -1,5 +1,5 @@
 /* op_attention_queries (flash-style prompt attention) and its _ref twin against the one-query
- * reference op_attention_head_ref run per query with n_kv = pos0 + i + 1 (the causal window),
+ * reference op_attention_heads_ref run per query with n_kv = pos0 + i + 1 (the causal window),
  * for F32 and F16 KV, odd head dims (tails of 16), n_q 1..67 with pos0 > 0 (a prompt continuing
  * a cache) and windows crossing ATTN_KV_BLOCK; scores spread widely (large |q|) so the running
  * max must be rescaled. Outputs get guard values between rows (out_stride > head_dim_v) and
@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
         const float scale = 1.0f / sqrtf((float)hd);
         float *want = malloc((size_t)(n_q * hdv) * 4), *sc = malloc((size_t)n_kv * 4);
         for (int64_t i = 0; i < n_q; i++)
-            op_attention_head_ref(want + i * hdv, q + i * qs, k, v, kv, pos0 + i + 1, ks, vs, hd, hdv, scale, sc);
+            op_attention_heads_ref(want + i * hdv, 0, q + i * qs, 0, 1, k, v, kv, pos0 + i + 1, ks, vs, hd, hdv, scale, sc);
         size_t sfl = 0;
         for (int p = 0; p < 3; p++)
             if (tables[p]) sfl = NM_MAX(sfl, tables[p]->attn_queries_scratch(hd, hdv));
