@@ -10,7 +10,7 @@
  *    16 cycles), times the cores used and the clock measured here (a chain of dependent adds).
  *  - the switch point: time per call for m = 1..32 on the VNNI and AMX paths (-x 1: one copy of
  *    the weight, so mostly from cache; -x 2: the copies cycled, from DRAM as in batched decode),
- *    per type on 4096x14336: the m from which the tiles win.
+ *    per type on 4096x14336, or on every shape -S names: the m from which the tiles win.
  *  - with -c C: the same m = 512 GEMM through kern_matmul_chunked_f64 with chunks of C columns
  *    (the row-parallel matmuls attn_output / ffn_down always run that way, SHARD_FF_CHUNK = 256).
  * Median of -r repetitions after one warm-up. Threads bound to the first t CPUs the process may
@@ -62,7 +62,8 @@ static double amx_probe(struct pool *pool, bool int8) {
 
 static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
                                      DTYPE_BF16, DTYPE_F16,  DTYPE_Q4_1, DTYPE_Q5_K};
-static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}, {4864, 896}, {896, 896}, {896, 128}};
+static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}, {4864, 896}, {896, 896}, {896, 128},
+                                      {4096, 4096}, {4096, 1024}};
 #define SWEEP_SHAPE 2 /* 4096x14336 */
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
@@ -234,7 +235,7 @@ int main(int argc, char **argv) {
                            "amx bf16 %.3f TF/s\n", info->name, shape, chunk, cv, ca, 100 * ca / peak, cb);
                     nm_free(yd);
                 }
-                if (sweep && si == SWEEP_SHAPE && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {
+                if (sweep && (shapes || si == SWEEP_SHAPE) && t != DTYPE_Q4_1 && t != DTYPE_Q5_K) {
                     const int sc = sweep == 2 ? copies : 1; /* -x 2: weights from DRAM, as in batched decode */
                     printf("  switch %s %s, weights from %s: us per call by m (vnni / amx):", info->name, shape,
                            sc > 1 ? "DRAM" : "one copy (cache)");
