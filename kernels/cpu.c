@@ -254,7 +254,7 @@ static void isa_choose(void) {
         g_chosen = kern_isa_find("avx512", &why);
         if (g_chosen) {
             nm_log_info("kernels: ISA avx512 (AVX512F/BW/VL/DQ + VNNI%s)", g_chosen->note ? "" : " + VBMI");
-            if (g_chosen->note) nm_log_warn("kernels: avx512: %s", g_chosen->note);
+            if (g_chosen->note) nm_log_info("kernels: avx512: %s", g_chosen->note);
             return;
         }
     } else {

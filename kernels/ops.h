@@ -36,9 +36,10 @@ void op_add(float *x, const float *y, int64_t n);
  * GQA), each over positions [0, n_kv): scores = q . k_t * scale, softmax, out = sum_t p_t v_t.
  * Query head j's q starts at q + j * q_stride, its output at out + j * out_stride (head_dim_v
  * floats). Row t of k starts k_stride elements after row t-1 (v: v_stride); both of type kv_type
- * (F32 or F16). A head's result has the same bits whatever n_q (the fast versions read each
- * block of keys once for all n_q heads). scratch holds n_q * n_kv floats. Runs the ISA path's
- * version. */
+ * (F32 or F16); n_kv >= 1. A head's result has the same bits whatever n_q (the fast versions
+ * read each block of keys once for up to ATTN_HEADS_PASS heads). scratch holds
+ * min(n_q, ATTN_HEADS_PASS) * n_kv floats. Runs the ISA path's version. */
+#define ATTN_HEADS_PASS 16
 void op_attention_heads(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,
                         const void *v, enum dtype kv_type, int64_t n_kv, int64_t k_stride, int64_t v_stride,
                         int64_t head_dim, int64_t head_dim_v, float scale, float *scratch);

@@ -86,7 +86,8 @@ struct engine {
     float *xg;         /* [n_batch][n_embd] an expert's gathered inputs */
     double *exp_part;  /* [n_batch][n_embd] an expert's row-parallel partials */
     float *scores;   /* [n_threads][scores_stride] attention scratch: decode's probabilities over
-                        n_ctx positions, or a prompt block's online-softmax state */
+                        n_ctx positions for up to ATTN_HEADS_PASS query heads of a KV group, or a
+                        prompt block's online-softmax state */
     int64_t scores_stride;
     block_q8x *q8;   /* quantized activations, largest input of any matmul */
 };
@@ -293,8 +294,8 @@ enum nm_status engine_init(struct engine **out, const struct model *m, struct po
         e->xg = alloc_f32(B * c->n_embd, "expert inputs");
         e->exp_part = nm_alloc((size_t)(B * c->n_embd) * sizeof(double), 64, "expert partials");
     }
-    /* decode: a KV group's query heads at once (op_attention_heads) */
-    const int64_t group = NM_MAX(1, c->n_head / NM_MAX(1, c->n_head_kv));
+    /* decode: a KV group's query heads at once (op_attention_heads), up to ATTN_HEADS_PASS */
+    const int64_t group = NM_MIN(ATTN_HEADS_PASS, NM_MAX(1, c->n_head / NM_MAX(1, c->n_head_kv)));
     e->scores_stride =
         (NM_MAX(e->kv.n_ctx_seq * group, (int64_t)op_attention_queries_scratch(c->head_dim, c->head_dim_v)) + 15) / 16 * 16;
     e->scores = alloc_f32((int64_t)pool_size(pool) * e->scores_stride, "attention scratch");
@@ -572,10 +573,9 @@ static int64_t attn_kv_head(const struct engine *e, int64_t h) {
 
 /* The batch's attention work (e->attn_items), dealt to the threads in turn. A sequence's run of
  * adjacent rows, when it is a single row (decode: op_attention_heads), gives one item per KV head
- * where that makes enough items for the threads: the query heads that share it run one after the
- * other on one thread, so that K and V come from that core's cache after the first (a 16-sequence
- * decode step of an 8B model spent 11% of its time here, reading each KV head once per query
- * head). With fewer single rows (one sequence decoding), a KV head's query heads are split over
+ * where that makes enough items for the threads: the query heads that share it go to one
+ * op_attention_heads call, which reads each block of keys once for them (a 16-sequence decode
+ * step of an 8B model spent 11% of its time here when each query head read its KV head). With fewer single rows (one sequence decoding), a KV head's query heads are split over
  * several items, down to one head each, so that no thread idles. Longer runs give blocks of
  * ATTN_Q_BLOCK consecutive queries (op_attention_queries: the kernel's block, enough to reuse
  * every K/V value loaded, few enough for several items per thread), one item per query head.

@@ -136,8 +136,9 @@ NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, 
     NM_UNROLL for (int r = 0; r < NR; r++) store8(out + r * 8, n - r * 8, acc[r]);
 }
 
-/* Query heads per pass of the decode kernel (its per-head state lives in arrays of this size). */
-#define HEADS_PASS 16
+/* Query heads per pass of the decode kernel: ATTN_HEADS_PASS (ops.h; its per-head state lives in
+ * arrays of this size). */
+#define HEADS_PASS ATTN_HEADS_PASS
 
 /* The decode kernel for n_q <= HEADS_PASS heads and one KV type t (a literal after inlining).
  * Keys go in blocks of 8, each block for every head in turn, so its K and V rows come from L1

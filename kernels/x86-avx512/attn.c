@@ -1,5 +1,6 @@
-/* Attention of one query head over the KV cache with AVX-512: K and V rows converted from f16
- * 16 values at a time (vcvtph2ps), dot products and the weighted sum of V in vector registers,
+/* Attention over the KV cache with AVX-512 (decode: a row's query heads that share a KV head;
+ * prompts: blocks of queries of one head): K and V rows converted from f16 16 values at a time
+ * (vcvtph2ps), dot products and the weighted sums of V in vector registers,
  * and the softmax's exponentials 16 at a time with a polynomial (relative error < 2e-7, like
  * expf to a few ulp). The plain-C op_attention_heads_ref is the reference it is tested against. */
 #include <immintrin.h>
@@ -90,8 +91,9 @@ NM_INLINE void head_pv(float *out, int64_t n, const float *p, const uint8_t *v, 
     NM_UNROLL for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(out + r * 16, m[r], acc[r]);
 }
 
-/* Query heads per pass of the decode kernel (its per-head state lives in arrays of this size). */
-#define HEADS_PASS 16
+/* Query heads per pass of the decode kernel: ATTN_HEADS_PASS (ops.h; its per-head state lives in
+ * arrays of this size). */
+#define HEADS_PASS ATTN_HEADS_PASS
 
 /* The decode kernel for n_q <= HEADS_PASS heads and one KV type t (a literal after inlining).
  * Keys go in blocks of 16, each block for every head in turn, so its K and V rows come from L1

@@ -1,7 +1,7 @@
 /* The one tile of the AVX-512 dot products of the types that came with the block decoder
  * interface (kernels/blocks/block.h, issue 15): Q5_0, Q5_1, IQ4_NL (dot_q5.c, dot_iq4.c), Q2_K,
  * Q3_K (dot_k23.c), IQ4_XS (dot_iq4.c), IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
- * (dot_iq.c), read from the native GGUF blocks (no repacking) with q8x activations packed in
+ * (dot_iq.h's hooks: dot_iq.c, and dot_iq_vbmi.c for IQ2_XXS, IQ3_XXS), read from the native GGUF blocks (no repacking) with q8x activations packed in
  * natural order (simd.h).
  *
  * A row is walked in groups of 256 values: one super-block, or 8 blocks of the 32-value types
@@ -247,10 +247,10 @@ NM_INLINE __m512i nm_blk_grid4(const uint32_t *tab, __m512i idx) {
                     _mm512_mul_ps(fsc[r], nm_blk_halves(_mm512_castps512_ps256(da[0])));           \
             if (nblk == 8) {                                                                       \
                 NM_UNROLL for (int z = 0; z < 4; z++)                                              \
-                    t##_zstep(R, C, z, 8, w, ws, x, xs, g, da, fsc, gs, acc);                          \
+                    t##_zstep(R, C, z, 8, w, ws, x, xs, g, da, fsc, gs, acc);                      \
             } else {                                                                               \
                 for (int z = 0; 2 * z < nblk; z++)                                                 \
-                    t##_zstep(R, C, z, nblk, w, ws, x, xs, g, da, fsc, gs, acc);                       \
+                    t##_zstep(R, C, z, nblk, w, ws, x, xs, g, da, fsc, gs, acc);                   \
             }                                                                                      \
         }                                                                                          \
         NM_TILE_STORE(acc, R, C, y, ldy);                                                          \

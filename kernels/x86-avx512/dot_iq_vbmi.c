@@ -46,8 +46,9 @@ static const uint8_t k_vb_sh2[64] __attribute__((aligned(64))) = {VB_REP8(0, 2, 
 static const uint8_t k_vb_sh3[64] __attribute__((aligned(64))) = {VB_REP8(0, 3, 6, 9, 32, 35, 38, 41)};
 static const uint8_t k_vb_f7[64] __attribute__((aligned(64))) = {VB_REP8(0, 7, 14, 21, 32, 39, 46, 53)};
 static const uint8_t k_vb_f7hi[64] __attribute__((aligned(64))) = {VB_REP8(32, 39, 46, 53, 32, 39, 46, 53)};
-/* vpermb: bytes 0..3 of each qword packed (IQ2_XXS's sign bytes); filled by vb_init. */
-static uint8_t k_vb_pack4[64] __attribute__((aligned(64)));
+/* vpermb: bytes 0..3 of each qword packed (IQ2_XXS's sign bytes) */
+static const uint8_t k_vb_pack4[64] __attribute__((aligned(64))) = {
+    0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27, 32, 33, 34, 35, 40, 41, 42, 43, 48, 49, 50, 51, 56, 57, 58, 59};
 
 /* ---- start-up: the codes of a grid ---------------------------------------------------------- */
 
@@ -101,9 +102,6 @@ static int vb_pos_id(int e) { return e; }
 
 static const char *vb_init(void) {
     for (int i = 0; i < 128; i++) g_vb_signs[i] = (uint8_t)(i | (__builtin_parity((unsigned)i) << 7));
-    for (int j = 0; j < 64; j++) {
-        k_vb_pack4[j] = (uint8_t)(j < 32 ? 8 * (j / 4) + j % 4 : 0);
-    }
     if (!vb_build(&g_vb_iq2xxs, iq_grid_iq2xxs, 8, 2, vb_pos_xxs) ||
         !vb_build(&g_vb_iq3xxs, iq_grid_iq3xxs, 4, 3, vb_pos_id))
         return "IQ2_XXS/IQ3_XXS grid lookups by gathers: a grid has more values than its codes hold";
