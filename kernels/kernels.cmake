@@ -5,7 +5,8 @@ file(GLOB NM_KERNELS_BLOCKS_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/bloc
 file(GLOB NM_KERNELS_AVX512_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/x86-avx512/*.c)
 set(NM_AVX512_FLAGS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mfma;-mf16c;-mavx2")
 set_source_files_properties(${NM_KERNELS_AVX512_SRC} PROPERTIES COMPILE_OPTIONS "${NM_AVX512_FLAGS}")
-# the IQ grid lookups in registers: only called where CPUID has AVX512_VBMI (dot_iq_vbmi.c)
+# the IQ grid lookups in registers: only called where CPUID has AVX512_VBMI (dot_iq_vbmi.c;
+# tests/gguf/fuzz.sh compiles the kernels itself and repeats these per-file flags)
 set_source_files_properties(${CMAKE_CURRENT_LIST_DIR}/x86-avx512/dot_iq_vbmi.c PROPERTIES COMPILE_OPTIONS
   "${NM_AVX512_FLAGS};-mavx512vbmi")
 file(GLOB NM_KERNELS_AVX2_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/x86-avx2/*.c)

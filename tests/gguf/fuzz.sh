@@ -72,6 +72,8 @@ for f in "$SRC"/kernels/*.c "$SRC"/kernels/blocks/*.c "$SRC"/kernels/x86-avx512/
     o=$OUT/obj/${dir}_$(basename "$f" .c).o
     extra=(-O0)
     [ "$dir" = x86-avx512 ] && extra+=($AVX512)
+    # as kernels/kernels.cmake: the one file built for AVX512_VBMI
+    [ "$(basename "$f")" = dot_iq_vbmi.c ] && extra+=(-mavx512vbmi)
     [ "$dir" = x86-avx2 ] && extra+=($AVX2)
     [ "$dir" = x86-amx ] && extra+=($AVX512 -mamx-tile -mamx-int8 -mamx-bf16)
     [ "$dir" = cuda ] && extra+=(-I"$SRC/kernels/cuda")
