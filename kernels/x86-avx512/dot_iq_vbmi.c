@@ -55,14 +55,18 @@ static const uint8_t k_vb_pack4[64] __attribute__((aligned(64))) = {
 /* Codes of the 256 entries of grid (entries of width 8 or 4 bytes), bits per value; pos(e): the
  * byte of the group's index vector where entry e's index sits (IQ2_XXS: 8 (e / 4) + e % 4;
  * IQ3_XXS: e). false if the grid has more distinct values than the codes can hold. */
+/* Byte j of grid entry e (entries of width 8 or 4 bytes). */
+static uint8_t vb_grid_byte(const void *grid, int width, int e, int j) {
+    return width == 8 ? (uint8_t)(((const uint64_t *)grid)[e] >> (8 * j)) : (uint8_t)(((const uint32_t *)grid)[e] >> (8 * j));
+}
+
 static bool vb_build(struct vb_grid *t, const void *grid, int width, int bits, int (*pos)(int)) {
     const int n = 256;
     uint8_t vals[8];
     int nv = 0;
     for (int e = 0; e < n; e++)
         for (int j = 0; j < width; j++) {
-            const uint8_t b = width == 8 ? (uint8_t)(((const uint64_t *)grid)[e] >> (8 * j))
-                                         : (uint8_t)(((const uint32_t *)grid)[e] >> (8 * j));
+            const uint8_t b = vb_grid_byte(grid, width, e, j);
             int c = 0;
             while (c < nv && vals[c] != b) c++;
             if (c == nv) {
@@ -73,8 +77,7 @@ static bool vb_build(struct vb_grid *t, const void *grid, int width, int bits, i
     for (int e = 0; e < n; e++) {
         unsigned code = 0;
         for (int j = 0; j < width; j++) {
-            const uint8_t b = width == 8 ? (uint8_t)(((const uint64_t *)grid)[e] >> (8 * j))
-                                         : (uint8_t)(((const uint32_t *)grid)[e] >> (8 * j));
+            const uint8_t b = vb_grid_byte(grid, width, e, j);
             int c = 0;
             while (vals[c] != b) c++;
             code |= (unsigned)c << (bits * j);

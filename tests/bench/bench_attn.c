@@ -36,6 +36,13 @@ static void run_prompt(bool ref, float *out, const float *q, const void *k, cons
     }
 }
 
+/* One measured call: decode attention of `decode` query heads, or (0) the whole prompt. */
+static void run_once(bool ref, int decode, float *out, const float *q, const void *k, const void *v, enum dtype kt,
+                     int64_t n, int64_t hd, float *scratch) {
+    if (decode) run_decode(ref, out, q, k, v, kt, n, hd, decode, scratch);
+    else run_prompt(ref, out, q, k, v, kt, n, hd, scratch);
+}
+
 int main(int argc, char **argv) {
     const char *ns = "512,2048", *ds = "64,128";
     int reps = 5;
@@ -100,15 +107,10 @@ int main(int argc, char **argv) {
             double tv[99], tr[99];
             for (int pass = 0; pass < (with_ref ? 2 : 1); pass++) {
                 double *t = pass ? tr : tv;
-#define RUN_ONCE()                                                       \
-    do {                                                                 \
-        if (decode) run_decode(pass, out, q, k, v, kt, n, hd, decode, scratch); \
-        else run_prompt(pass, out, q, k, v, kt, n, hd, scratch);         \
-    } while (0)
-                RUN_ONCE(); /* warm-up */
+                run_once(pass, decode, out, q, k, v, kt, n, hd, scratch); /* warm-up */
                 for (int r = 0; r < (pass ? 1 : reps); r++) {
                     const uint64_t t0 = nm_time_ns();
-                    RUN_ONCE();
+                    run_once(pass, decode, out, q, k, v, kt, n, hd, scratch);
                     t[r] = (double)(nm_time_ns() - t0) * 1e-6;
                 }
             }
