@@ -97,7 +97,7 @@ void kern_act_quantize(struct pool *pool, struct act *x);
  * depends on m only, so every rank of a tensor-parallel job takes the same path. */
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy);
 
-/* A canonical chunk of a row-parallel matmul's input columns (see rank/shard.h, "Exactness"):
+/* A canonical chunk of a row-parallel matmul's input columns (see rank/model/shard.h, "Exactness"):
  * the weight columns [w0, w1) it reads (whole blocks of the weight's type) and the activation
  * columns [a0, a1) it keeps (w0 <= a0 < a1 <= w1; the others count as zero; multiples of 32). */
 struct kern_chunk {

@@ -1,4 +1,4 @@
-/* numallm mkmodel: write a synthetic GGUF model (see rank/mkmodel.h). */
+/* numallm mkmodel: write a synthetic GGUF model (see rank/model/mkmodel.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,10 @@
-# launcher/: the numallm command (run, mkmodel, topo, ...). Everything but main.c is the library
+# launcher/: the numallm command. Here: main.c, the flag helpers (cli) and the commands that
+# evaluate a model (run, perplexity, tokenize, mkmodel, and the session they open); cluster/: the
+# topology, the rank plan and the mpirun job built from it (and `numallm topo`); bench/: `numallm
+# bench` and its worker ranks; serve/: `numallm serve`. Everything but main.c is the library
 # nm_launcher, so that tests can call the planner and the subcommands.
-file(GLOB NM_LAUNCHER_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.c)
+file(GLOB NM_LAUNCHER_SRC CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/*.c ${CMAKE_CURRENT_LIST_DIR}/cluster/*.c
+     ${CMAKE_CURRENT_LIST_DIR}/bench/*.c)
 list(REMOVE_ITEM NM_LAUNCHER_SRC ${CMAKE_CURRENT_LIST_DIR}/main.c)
 # hwloc reads the machine's topology (or a recorded/synthetic one) for the rank plan.
 if(NOT HWLOC_LIB OR NOT HWLOC_INC)
@@ -24,7 +28,8 @@ else()
                  "(launcher/setup.sh installs libmicrohttpd-dev and libjansson-dev)")
 endif()
 add_library(nm_launcher STATIC ${NM_LAUNCHER_SRC} ${NM_SERVE_SRC})
-target_include_directories(nm_launcher PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${HWLOC_INC})
+target_include_directories(nm_launcher PUBLIC ${CMAKE_CURRENT_LIST_DIR} ${CMAKE_CURRENT_LIST_DIR}/cluster
+                                              ${CMAKE_CURRENT_LIST_DIR}/bench ${HWLOC_INC})
 target_link_libraries(nm_launcher PUBLIC nm_rank ${HWLOC_LIB})
 if(NM_SERVE)
   target_link_libraries(nm_launcher PRIVATE PkgConfig::NM_MHD PkgConfig::NM_JANSSON)

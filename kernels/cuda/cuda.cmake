@@ -29,5 +29,5 @@ else()
   target_link_libraries(nm_cuda PUBLIC nm_kernels)
 endif()
 target_include_directories(nm_cuda PUBLIC ${NM_CUDA_DIR})
-# The GPU stage (rank/gpu_stage.c) calls this layer.
+# The GPU stage (rank/engine/gpu_stage.c) calls this layer.
 target_link_libraries(nm_rank PUBLIC nm_cuda)

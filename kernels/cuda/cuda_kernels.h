@@ -1,4 +1,4 @@
-/* The CUDA device layer of the GPU rank, as a plain C API (rank/gpu_stage.c is C11 and never
+/* The CUDA device layer of the GPU rank, as a plain C API (rank/engine/gpu_stage.c is C11 and never
  * includes a CUDA header). One struct cuk_ctx per device: its stream, cuBLAS handle and the
  * scratch the prompt-path GEMM needs. Every call is asynchronous on the context's stream unless
  * it says otherwise; cuk_sync waits.

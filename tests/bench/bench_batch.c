@@ -1,4 +1,4 @@
-/* Batched decode (rank/forward.h, engine_eval_batch): generation throughput of B sequences that
+/* Batched decode (rank/engine/forward.h, engine_eval_batch): generation throughput of B sequences that
  * each decode one row per step, for B = 1, 2, 4, 8, 16, 32, 64: what continuous batching buys a
  * server. One rank, a synthetic model of a preset and type; each sequence first evaluates a
  * 64-token prompt, then 32 steps are timed (after 2 of warm-up), greedy sampling included.

@@ -234,7 +234,7 @@ int main(int argc, char **argv) {
                      "[-m MAX_BYTES] [-i ITER_SCALE] [-t shm[:ONESHOT_KB[:SLOT_KB]][/HINTS],mpi]",
                      argv[0]);
     }
-    int inited = 0; /* launcher/bench_coll_main.c may call this with MPI already up */
+    int inited = 0; /* launcher/bench/bench_coll_main.c may call this with MPI already up */
     MPI_Initialized(&inited);
     if (!inited) MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);

@@ -1,4 +1,4 @@
-# numallm bench (launcher/cmd_bench.c): a tiny model benchmarked with few repetitions, checking
+# numallm bench (launcher/bench/cmd_bench.c): a tiny model benchmarked with few repetitions, checking
 # behaviour, never timings: md, csv, json, jsonl and sql parse, the JSON carries every column of
 # the markdown table with the same figures, -ngl > 0 rows are skipped with a message, the plot is
 # well-formed SVG, bad flags get clear errors; and, under mpirun, 1 and 2 ranks with scaling

@@ -47,10 +47,10 @@ fi
 
 # ---- build: objects are recompiled when their source or any header is newer ----
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-CFLAGS="-std=gnu11 -O1 -g -w -I$SRC/kernels -I$SRC/rank -I$SRC/collectives"
+CFLAGS="-std=gnu11 -O1 -g -w -I$SRC/kernels -I$SRC/rank/model -I$SRC/rank/engine -I$SRC/rank/text -I$SRC/collectives"
 AVX512="-mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c -mavx2"
 AVX2="-mavx2 -mfma -mf16c"
-newest_header=$(ls -t "$SRC"/kernels/*.h "$SRC"/kernels/blocks/*.h "$SRC"/kernels/x86-avx512/*.h "$SRC"/kernels/x86-avx2/*.h "$SRC"/rank/*.h "$SRC"/collectives/*.h 2>/dev/null | head -1)
+newest_header=$(ls -t "$SRC"/kernels/*.h "$SRC"/kernels/blocks/*.h "$SRC"/kernels/x86-avx512/*.h "$SRC"/kernels/x86-avx2/*.h "$SRC"/rank/*/*.h "$SRC"/collectives/*.h 2>/dev/null | head -1)
 compile() { # source object extra-flags...
     local src=$1 obj=$2
     shift 2
@@ -66,8 +66,8 @@ kobjs=()
 jobs_max=$(nproc 2>/dev/null || echo 2)
 for f in "$SRC"/kernels/*.c "$SRC"/kernels/blocks/*.c "$SRC"/kernels/x86-avx512/*.c "$SRC"/kernels/x86-avx2/*.c \
     "$SRC"/kernels/x86-amx/*.c "$SRC"/kernels/cuda/none.c \
-    "$SRC"/collectives/*.c "$SRC"/rank/*.c; do
-    case $f in */rank/gguf.c | */rank/model.c) continue ;; esac
+    "$SRC"/collectives/*.c "$SRC"/rank/*/*.c; do
+    case $f in */rank/model/gguf.c | */rank/model/model.c) continue ;; esac
     dir=$(basename "$(dirname "$f")")
     o=$OUT/obj/${dir}_$(basename "$f" .c).o
     extra=(-O0)
@@ -89,7 +89,7 @@ rm -f "$OUT/obj/libsupport.a"
 ar rcs "$OUT/obj/libsupport.a" "${kobjs[@]}"
 # Coverage feedback only where the parsing happens: the reader, the loader and the target.
 robjs=()
-for f in "$SRC/rank/gguf.c" "$SRC/rank/model.c" "$SRC/tests/gguf/fuzz_gguf.c"; do
+for f in "$SRC/rank/model/gguf.c" "$SRC/rank/model/model.c" "$SRC/tests/gguf/fuzz_gguf.c"; do
     o=$OUT/obj/r_$(basename "$f" .c).o
     compile "$f" "$o" -fsanitize=fuzzer-no-link || { echo "FAIL: cannot compile $f"; exit 1; }
     robjs+=("$o")

@@ -1,4 +1,4 @@
-/* Robustness of the GGUF reader (rank/gguf.c) and the model loader (rank/model.c) against bad
+/* Robustness of the GGUF reader (rank/model/gguf.c) and the model loader (rank/model/model.c) against bad
  * files. Valid tiny models are written with mkmodel_write, read back into an editable image
  * (header, key/values as raw bytes, tensor infos, data), corrupted one named way at a time,
  * serialized again and loaded twice: from memory (gguf_parse + model_load_file) and from a

@@ -1,4 +1,4 @@
-/* The GPU stage against the CPU engine on one rank (rank/forward.c), for a tiny model written
+/* The GPU stage against the CPU engine on one rank (rank/engine/forward.c), for a tiny model written
  * by mkmodel: a 16-token prompt and 16 greedy tokens. The CPU run records the residual stream
  * after every layer (its layer hook) and its logits; the GPU stage then starts at layer 0, 1,
  * n_layer/2 and n_layer (only the head) from the CPU's hidden state there and must give logits

@@ -1,4 +1,4 @@
-/* Start-up checks (rank/checks.c): each check's pass/warn/fail decision on given inputs
+/* Start-up checks (rank/model/checks.c): each check's pass/warn/fail decision on given inputs
  * (binding lists, memory figures, sysctl and sysfs values), the whole table on this machine
  * (AMX must be "warn: CPU has no AMX" where CPUID says there is none), and --strict, which must
  * end the process when a check fails. Usage: test_checks */

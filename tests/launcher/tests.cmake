@@ -1,6 +1,6 @@
 # Launcher (launcher/): topology, rank plan and mpirun command line on synthetic topologies and
 # on the servers of configs/, launch_decide end to end (in-process, --dry-run, exec of mpirun),
-# and the start-up checks (rank/checks.c). All labelled "launcher"; about 20 s in all, most of
+# and the start-up checks (rank/model/checks.c). All labelled "launcher"; about 20 s in all, most of
 # it in launcher_ompi_binding (one mpirun per configuration).
 #
 # launch_cmd stands in for `numallm run` and `numallm topo` until main.c and cmd_run.c call the

@@ -1,4 +1,4 @@
-/* Batch invariance of the engine (rank/forward.h): a row's logits must not depend on the other
+/* Batch invariance of the engine (rank/engine/forward.h): a row's logits must not depend on the other
  * rows of its batch. A tiny model of the given preset and type holds 16 sequences (16 slots of
  * one KV cache). Each sequence (prompts of 1 to 23 tokens) first runs alone, in a slot that is
  * not its own, with its whole prompt in one batch, then greedy decode one row per step; its

@@ -25,7 +25,7 @@ foreach(preset ${NM_MODEL_PRESETS})
   endforeach()
 endforeach()
 
-# The F32 model with every F32 matmul of the prompt through oneDNN (rank/forward.c; skipped where
+# The F32 model with every F32 matmul of the prompt through oneDNN (rank/engine/forward.c; skipped where
 # numallm was built without oneDNN).
 foreach(preset tiny-llama tiny-qwen3moe)
   add_test(NAME model_vs_ref_${preset}_f32_onednn
@@ -75,7 +75,7 @@ else()
   set_tests_properties(quant_hub PROPERTIES SKIP_RETURN_CODE 77 LABELS model)
 endif()
 
-# Batch invariance (rank/forward.h): 16 sequences batched as a server batches them (arrivals,
+# Batch invariance (rank/engine/forward.h): 16 sequences batched as a server batches them (arrivals,
 # decode rows next to prompt pieces, batches of 1 to 40 rows) must get every row's logits bit for
 # bit as each sequence alone, and the same greedy tokens; 1 rank (label model) and 2 ranks under
 # mpirun (label tp). Types: the float ones, the packed int8 ones and block types of 32 and 256 values

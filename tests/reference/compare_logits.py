@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """compare_logits.py RUN.bin BASE.bin TOL: one run of a greedy generation against another of the
-same model and prompt (numallm's NMLG dumps, rank/dump.h: the prompt's rows, then one row per
+same model and prompt (numallm's NMLG dumps, rank/engine/dump.h: the prompt's rows, then one row per
 step): a CPU + GPU split against the CPU alone (tests/gpu/pipeline.sh), N ranks against one
 (tests/tp/invariance.sh, which also requires the same tokens).
 

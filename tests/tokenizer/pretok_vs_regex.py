@@ -28,7 +28,7 @@ except ImportError:
     print("SKIP: Python module `regex` is missing (Debian: apt-get install python3-regex)")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "rank"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "rank", "text"))
 import gen_unicode_tables as gen  # noqa: E402  (the literal deepseek classes)
 
 # Published in the tokenizer.json of Llama 3 and Qwen2/2.5/3, and GPT-2's (HF ByteLevel).

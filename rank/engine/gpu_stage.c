@@ -1,5 +1,5 @@
 /* The GPU rank's engine (see gpu_stage.h): binding and uploading its tensors, then the forward
- * pass of rank/forward.c on the device, read top to bottom: gpu_stage_eval -> eval_chunk ->
+ * pass of rank/engine/forward.c on the device, read top to bottom: gpu_stage_eval -> eval_chunk ->
  * attention and FFN (dense or MoE) per layer -> output head. Host-side C11; every device
  * operation goes through kernels/cuda/cuda_kernels.h. */
 #include "gpu_stage.h"
@@ -234,7 +234,7 @@ static enum nm_status bind_layer(struct binder *b, int il, struct glayer *L) {
     const struct model_config *c = &s->cfg;
     const int64_t e = c->n_embd, q = c->n_head * c->head_dim, kv = c->n_head_kv * c->head_dim,
                   vv = c->n_head_kv * c->head_dim_v, o = c->n_head * c->head_dim_v;
-    /* As rank/model.c: qwen2 requires Q/K/V biases; qwen3 and qwen3moe require Q/K norms, which
+    /* As rank/model/model.c: qwen2 requires Q/K/V biases; qwen3 and qwen3moe require Q/K norms, which
      * the other architectures do not use. */
     const bool qwen2 = c->arch == ARCH_QWEN2, qwen3 = c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE;
     char name[GGUF_MAX_NAME];

@@ -1,5 +1,5 @@
 /* Unicode look-ups for the tokenizers (see unicode.h). The tables come from the build-time
- * generator rank/gen_unicode_tables.py (generated/unicode_tables.h). */
+ * generator rank/text/gen_unicode_tables.py (generated/unicode_tables.h). */
 #include "unicode.h"
 
 #include "unicode_tables.h"

@@ -1,6 +1,6 @@
 /* Unicode support for the tokenizers: strict UTF-8 decoding and encoding, general categories
  * and White_Space (tables generated at build time from Python's unicodedata by
- * rank/gen_unicode_tables.py, never written by hand), the case folding the (?i:'s|'t|...)
+ * rank/text/gen_unicode_tables.py, never written by hand), the case folding the (?i:'s|'t|...)
  * contractions need, GPT-2's byte-level byte <-> code point map, and the literal character
  * classes of the deepseek pre-tokenizers. */
 #ifndef NM_UNICODE_H

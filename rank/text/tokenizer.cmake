@@ -1,7 +1,7 @@
 # Tokenizers: the Unicode tables behind the pre-tokenizers are generated at build time from
-# Python's unicodedata (rank/gen_unicode_tables.py), never written by hand.
+# Python's unicodedata (rank/text/gen_unicode_tables.py), never written by hand.
 if(NOT NM_PYTHON)
-  message(FATAL_ERROR "rank/tokenizer.cmake: no python3 found (NM_PYTHON); it generates the Unicode "
+  message(FATAL_ERROR "rank/text/tokenizer.cmake: no python3 found (NM_PYTHON); it generates the Unicode "
                       "tables of the tokenizers. Install python3 (Debian: apt-get install python3).")
 endif()
 set(NM_UNICODE_TABLES ${CMAKE_BINARY_DIR}/generated/unicode_tables.h)

@@ -14,7 +14,7 @@
  * with --allow-run-as-root first when numallm runs as root (Open MPI refuses root otherwise).
  *
  * The GPU rank. With -ngl N > 0 and a CUDA device, one CPU rank runs in-process and drives the
- * GPU itself (rank/pipeline.h, local); two or more CPU ranks get a GPU rank as a second app
+ * GPU itself (rank/engine/pipeline.h, local); two or more CPU ranks get a GPU rank as a second app
  * context, the last rank of the job:
  *   mpirun ... -np N ... EXE run ... --role cpu : -np 1 EXE run ... --role gpu --gpu-node K -t 1
  * where K is the NUMA node the GPU is attached to (hwloc's PCI locality); the GPU rank binds

@@ -1,5 +1,5 @@
 /* The pipeline stage after the CPU ranks' layers: with -ngl K the last K layers, the output norm
- * and the output head run on a CUDA device (rank/gpu_stage.h). Only CPU rank 0 talks to the
+ * and the output head run on a CUDA device (rank/engine/gpu_stage.h). Only CPU rank 0 talks to the
  * stage: the residual stream after the CPU layers goes in, logits come back to rank 0, which
  * holds the whole vocabulary's slice (model.h, head_remote), so sampling is unchanged. Nothing
  * else crosses: the stage keeps its own KV cache for its layers.

@@ -5,7 +5,7 @@
 #ifdef NM_HAVE_MPI
 int bench_coll_main(int argc, char **argv);
 #define main bench_coll_main
-#include "../tests/bench/bench_coll.c"
+#include "../../tests/bench/bench_coll.c"
 #undef main
 #else
 typedef int bench_coll_main_unused; /* without MPI there is nothing to compare (bench_worker.c says so) */
