@@ -123,10 +123,15 @@ void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t
  * [m][ldx] (k values per row, m <= the reserved max_rows) as the GEMM's f16 operand, first
  * rounded as cuk_act_round_q8 rounds it when round_q8 (k a multiple of 32), in one kernel;
  * each cuk_gemm_staged after it multiplies a weight of k-value rows (not F32) with that operand
- * (m rows, y [m][ldy]). */
+ * (m rows, y [m][ldy]): with w16 NULL the weight is dequantized to f16 in tiles of the reserved
+ * size, each followed by its GEMM; with w16 (the weight's f16 copy, cuk_dequant_f16) one GEMM
+ * reads that copy. */
 void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, int m, int64_t k, bool round_q8);
-void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
-                     int64_t ldy);
+void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, const void *w16, int64_t k, int64_t n, int m,
+                     float *y, int64_t ldy);
+/* dst [n][k] f16 (16-byte aligned) = the values of w, n rows of k values of type t (not F32),
+ * rounded to nearest as the prompt path's tiles round them: the f16 copy cuk_gemm_staged takes. */
+void cuk_dequant_f16(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, void *dst);
 
 /* Expert matmul (MoE, ggml's mul_mat_id): for each pair p < n_pairs, with e = ids[p] (device
  * int32), y[p][0..n) = W_e x[p / x_div], where W_e is the e-th [n x k] matrix of w, starting

@@ -1034,10 +1034,23 @@ extern "C" void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, i
     CUK_LAUNCHED("matmul input to f16");
 }
 
-extern "C" void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
-                                int64_t ldy) {
+extern "C" void cuk_dequant_f16(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, void *dst) {
+    NM_ASSERT(t != DTYPE_F32 && n >= 1 && n < ((int64_t)1 << 31) && ((uintptr_t)dst & 15) == 0);
+    dequant_launch(c, t, (const uint8_t *)w, k, (int)n, (__half *)dst);
+}
+
+extern "C" void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, const void *w16, int64_t k, int64_t n,
+                                int m, float *y, int64_t ldy) {
     NM_ASSERT(t != DTYPE_F32 && m >= 1 && m <= c->max_rows && k <= c->max_k);
     const float one = 1.0f, zero = 0.0f;
+    if (w16) { /* the weight's f16 copy, made once (cuk_dequant_f16): one GEMM */
+        NM_ASSERT(n < ((int64_t)1 << 31));
+        CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, m, (int)k, &one, w16, CUDA_R_16F, (int)k,
+                                  c->act16, CUDA_R_16F, (int)k, &zero, y, CUDA_R_32F, (int)ldy, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT),
+                     "f16 GEMM of the prompt path");
+        return;
+    }
     int64_t rows_per_tile = (int64_t)(c->tile_bytes / ((size_t)k * sizeof(__half)));
     if (rows_per_tile > 64) rows_per_tile -= rows_per_tile % 64;
     NM_ASSERT(rows_per_tile >= 1);
@@ -1063,7 +1076,7 @@ extern "C" void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t
         return;
     }
     cuk_gemm_input(c, x, ldx, m, k, false);
-    cuk_gemm_staged(c, t, w, k, n, m, y, ldy);
+    cuk_gemm_staged(c, t, w, NULL, k, n, m, y, ldy);
 }
 
 extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x,

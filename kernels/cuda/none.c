@@ -54,8 +54,9 @@ void cuk_gemv(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t
 void cuk_gemm(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
               int m, float *y, int64_t ldy) { CUK_NONE(); }
 void cuk_gemm_input(struct cuk_ctx *c, const float *x, int64_t ldx, int m, int64_t k, bool round_q8) { CUK_NONE(); }
-void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, int m, float *y,
-                     int64_t ldy) { CUK_NONE(); }
+void cuk_gemm_staged(struct cuk_ctx *c, enum dtype t, const void *w, const void *w16, int64_t k, int64_t n, int m,
+                     float *y, int64_t ldy) { CUK_NONE(); }
+void cuk_dequant_f16(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, void *dst) { CUK_NONE(); }
 void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert_bytes, int64_t k, int64_t n,
                    const float *x, int64_t ldx, int x_div, const int32_t *ids, int n_pairs, float *y, int64_t ldy) { CUK_NONE(); }
 void cuk_rmsnorm(struct cuk_ctx *c, float *y, const float *x, const float *w, int rows, int64_t n, float eps) { CUK_NONE(); }

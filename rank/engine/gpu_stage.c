@@ -20,6 +20,7 @@ struct gmat {
     int64_t k, n, n_expert;
     size_t row_bytes, expert_bytes;
     const void *d;
+    const void *d16; /* the prompt path's f16 copy (keep_f16), or NULL: dequantized per call */
 };
 
 struct glayer {
@@ -55,6 +56,8 @@ struct gpu_stage {
 
     /* Weights: one device allocation, filled at open through upload_weight only. */
     uint8_t *wbuf;
+    uint8_t *f16buf; /* the dense weights' f16 copies (keep_f16), made from wbuf at open, or NULL */
+    size_t f16_bytes;
     size_t wbuf_bytes, wbuf_used;
     uint64_t weight_bytes, weight_bytes_after_load;
     int n_tensors;
@@ -94,6 +97,92 @@ struct gpu_stage {
     void *hook_ctx;
     float *hook_buf;
 };
+
+/* ---- the prompt path's f16 copies ------------------------------------------------------------
+ * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows) is a cuBLAS GEMM on f16 weights. Without
+ * copies each call dequantizes its weight to f16 in tiles first (reading the blocks and writing
+ * and reading twice their size in f16 again, for every chunk of every prompt); where the device
+ * has room once the stage is allocated, every dense matmul weight is dequantized here, once, into
+ * an f16 copy the GEMMs read instead (F16 weights are their own copy). The same values either way
+ * (the same dequantization kernel), so the same results up to cuBLAS's choice of algorithm for
+ * the shape. Not for the MoE experts (their prompt path is the expert GEMV). NM_GPU_F16=0: none. */
+
+/* The dense matmul weights of the stage that take the prompt GEMM, into w (up to cap); their count. */
+static int dense_mats(struct gpu_stage *s, struct gmat **w, int cap) {
+    int n = 0;
+#define ADD(m)                                                                                                     \
+    do {                                                                                                           \
+        if ((m)->d && (m)->n_expert == 0 && (m)->type != DTYPE_F32) {                                              \
+            NM_ASSERT(n < cap);                                                                                    \
+            w[n++] = (m);                                                                                          \
+        }                                                                                                          \
+    } while (0)
+    for (int64_t l = 0; l < s->cfg.n_layer - s->layer_first; l++) {
+        struct glayer *L = &s->layers[l];
+        ADD(&L->wq);
+        ADD(&L->wk);
+        ADD(&L->wv);
+        ADD(&L->wo);
+        if (!L->moe) {
+            ADD(&L->w_gate);
+            ADD(&L->w_up);
+            ADD(&L->w_down);
+        }
+    }
+    ADD(&s->output);
+#undef ADD
+    return n;
+}
+
+static void keep_f16(struct gpu_stage *s) {
+    const char *env = getenv("NM_GPU_F16");
+    if (env && strcmp(env, "0") == 0) {
+        nm_log_info("GPU: prompt matmuls dequantize their weights to f16 per call (NM_GPU_F16=0)");
+        return;
+    }
+    const int cap = (int)(7 * (s->cfg.n_layer - s->layer_first) + 1);
+    struct gmat **w = malloc((size_t)cap * sizeof *w);
+    NM_ASSERT(w);
+    const int nw = dense_mats(s, w, cap);
+    size_t bytes = 0;
+    for (int i = 0; i < nw; i++)
+        if (w[i]->type != DTYPE_F16 || w[i]->row_bytes != (size_t)w[i]->k * 2)
+            bytes += ((size_t)w[i]->n * (size_t)w[i]->k * 2 + 255) / 256 * 256;
+    uint64_t fr, tot;
+    cuk_mem_info(s->ctx, &fr, &tot);
+    const uint64_t room = (1ull << 30) + tot / 50; /* left free: 1 GiB and 2% of the device */
+    if (bytes + room > fr) {
+        nm_log_info("GPU: prompt matmuls dequantize their weights to f16 per call (f16 copies would need %.1f GiB; "
+                    "%.1f GiB free)",
+                    (double)bytes / (1 << 30), (double)fr / (1 << 30));
+        free(w);
+        return;
+    }
+    if (bytes) s->f16buf = cuk_malloc(s->ctx, bytes, "f16 copies of the weights", NULL, 0);
+    if (bytes && !s->f16buf) {
+        nm_log_info("GPU: prompt matmuls dequantize their weights to f16 per call (no %.1f GiB for f16 copies)",
+                    (double)bytes / (1 << 30));
+        free(w);
+        return;
+    }
+    const double t0 = nm_time_s();
+    size_t off = 0;
+    for (int i = 0; i < nw; i++) {
+        if (w[i]->type == DTYPE_F16 && w[i]->row_bytes == (size_t)w[i]->k * 2) {
+            w[i]->d16 = w[i]->d;
+            continue;
+        }
+        w[i]->d16 = s->f16buf + off;
+        cuk_dequant_f16(s->ctx, w[i]->type, w[i]->d, w[i]->k, w[i]->n, s->f16buf + off);
+        off += ((size_t)w[i]->n * (size_t)w[i]->k * 2 + 255) / 256 * 256;
+    }
+    cuk_sync(s->ctx);
+    s->f16_bytes = bytes;
+    nm_log_info("GPU: prompt matmuls on f16 copies of %d weights made at load, %.1f GiB in %.2f s (NM_GPU_F16=0: "
+                "dequantized per call instead)",
+                nw, (double)bytes / (1 << 30), nm_time_s() - t0);
+    free(w);
+}
 
 /* ---- devices ------------------------------------------------------------------------------ */
 
@@ -474,6 +563,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                                          errlen))
         st = NM_ERR_NOMEM;
     if (st) goto fail;
+    keep_f16(s);
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
     s->pin_rows = cuk_host_alloc(2 * CUK_GEMV_MAX_ROWS * sizeof(int64_t), "decode row staging");
@@ -517,7 +607,7 @@ void gpu_stage_free(struct gpu_stage *s) {
     if (!s) return;
     if (s->ctx) {
         cuk_sync(s->ctx);
-        void *bufs[] = {s->wbuf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
+        void *bufs[] = {s->wbuf, s->f16buf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
                         s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch,
                         s->xq8, s->d_rows};
         for (int i = 0; i < CUK_GEMV_MAX_ROWS; i++) cuk_graph_free(s->decode_graph[i]);
@@ -586,7 +676,7 @@ static void matmuls(struct gpu_stage *s, const struct gmat *const *w, float *con
             const int round = dtype_uses_q8x(wi->type);
             if (staged != round) cuk_gemm_input(s->ctx, x, wi->k, n, wi->k, round);
             staged = round;
-            cuk_gemm_staged(s->ctx, wi->type, wi->d, wi->k, wi->n, n, y[i], wi->n);
+            cuk_gemm_staged(s->ctx, wi->type, wi->d, wi->d16, wi->k, wi->n, n, y[i], wi->n);
         }
     }
 }

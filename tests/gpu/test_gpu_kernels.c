@@ -144,7 +144,9 @@ static void check_close(const float *got, const float *want, int64_t n, double t
  * f16(dequantize_row_ref) for every value: the device decodes with the same headers and the same
  * d * q + m roundings. The written-out types' loaders may fuse an offset's multiply-add (nvcc
  * contracts), so there one f16 ulp is allowed. n = 130 rows of 512 values span 3 tiles of the
- * 64 KiB scratch; the blocks are random bytes with sane f16 scales (krng_row). */
+ * 64 KiB scratch; the blocks are random bytes with sane f16 scales (krng_row). The same for the
+ * weight's f16 copy (cuk_dequant_f16, then cuk_gemm_staged reading it, as the GPU stage runs its
+ * prompts where the copies fit). */
 static void test_dequant_tiles(krng *r) {
     enum dtype types[DTYPE_COUNT];
     const int n_types = all_types(types, true);
@@ -164,29 +166,41 @@ static void test_dequant_tiles(krng *r) {
         void *dw = dev_from(w, rb * (size_t)n);
         float *dx = cuk_malloc(g_ctx, (size_t)(64 * k) * sizeof(float), "x", NULL, 0),
               *dy = cuk_malloc(g_ctx, (size_t)(64 * n) * sizeof(float), "y", NULL, 0);
-        int64_t bad = 0, first_j = -1, first_i = -1;
-        float first_got = 0, first_want = 0;
-        for (int64_t i0 = 0; i0 < k; i0 += 64) {
-            const int rows = (int)NM_MIN(64, k - i0);
-            memset(x, 0, (size_t)(64 * k) * sizeof(float));
-            for (int rr = 0; rr < rows; rr++) x[rr * k + i0 + rr] = 1.0f;
-            cuk_h2d(g_ctx, dx, x, (size_t)(rows * k) * sizeof(float));
-            cuk_gemm(g_ctx, t, dw, k, n, dx, k, rows, dy, n);
-            to_host(y, dy, (size_t)(rows * n) * sizeof(float));
-            for (int rr = 0; rr < rows; rr++)
-                for (int64_t j = 0; j < n; j++) {
-                    const float want = fp16_to_fp32(fp32_to_fp16(wf[j * k + i0 + rr])), got = y[rr * n + j];
-                    const float slack = exact ? 0.0f : fabsf(want) * (1.0f / 1024.0f) + 6e-8f;
-                    if (!(fabsf(got - want) <= slack)) {
-                        if (!bad++) first_j = j, first_i = i0 + rr, first_got = got, first_want = want;
-                    }
+        void *d16 = cuk_malloc(g_ctx, (size_t)(n * k) * 2, "f16 copy", NULL, 0);
+        NM_ASSERT(dx && dy && d16);
+        cuk_dequant_f16(g_ctx, t, dw, k, n, d16);
+        for (int copy = 0; copy < 2; copy++) {
+            int64_t bad = 0, first_j = -1, first_i = -1;
+            float first_got = 0, first_want = 0;
+            for (int64_t i0 = 0; i0 < k; i0 += 64) {
+                const int rows = (int)NM_MIN(64, k - i0);
+                memset(x, 0, (size_t)(64 * k) * sizeof(float));
+                for (int rr = 0; rr < rows; rr++) x[rr * k + i0 + rr] = 1.0f;
+                cuk_h2d(g_ctx, dx, x, (size_t)(rows * k) * sizeof(float));
+                if (copy) {
+                    cuk_gemm_input(g_ctx, dx, k, rows, k, false);
+                    cuk_gemm_staged(g_ctx, t, dw, d16, k, n, rows, dy, n);
+                } else {
+                    cuk_gemm(g_ctx, t, dw, k, n, dx, k, rows, dy, n);
                 }
+                to_host(y, dy, (size_t)(rows * n) * sizeof(float));
+                for (int rr = 0; rr < rows; rr++)
+                    for (int64_t j = 0; j < n; j++) {
+                        const float want = fp16_to_fp32(fp32_to_fp16(wf[j * k + i0 + rr])), got = y[rr * n + j];
+                        const float slack = exact ? 0.0f : fabsf(want) * (1.0f / 1024.0f) + 6e-8f;
+                        if (!(fabsf(got - want) <= slack)) {
+                            if (!bad++) first_j = j, first_i = i0 + rr, first_got = got, first_want = want;
+                        }
+                    }
+            }
+            if (bad)
+                ktest_fail("%s %s k=%lld n=%lld: %lld values differ from f16(dequantize_row_ref)%s; first: row %lld "
+                           "value %lld got %.9g want %.9g",
+                           copy ? "f16 copy (cuk_dequant_f16)" : "dequantized tile", dtype_get(t)->name, (long long)k,
+                           (long long)n, (long long)bad, exact ? "" : " by over 1 ulp", (long long)first_j,
+                           (long long)first_i, (double)first_got, (double)first_want);
         }
-        if (bad)
-            ktest_fail("dequantized tile %s k=%lld n=%lld: %lld values differ from f16(dequantize_row_ref)%s; first: "
-                       "row %lld value %lld got %.9g want %.9g",
-                       dtype_get(t)->name, (long long)k, (long long)n, (long long)bad, exact ? "" : " by over 1 ulp",
-                       (long long)first_j, (long long)first_i, (double)first_got, (double)first_want);
+        cuk_free(d16);
         cuk_free(dw);
         cuk_free(dx);
         cuk_free(dy);
@@ -195,7 +209,7 @@ static void test_dequant_tiles(krng *r) {
         free(x);
         free(y);
     }
-    printf("dequantized tiles: %d types checked (bit-exact for the decoder types)\n", n_types);
+    printf("dequantized tiles and f16 copies: %d types checked (bit-exact for the decoder types)\n", n_types);
 }
 
 
