@@ -270,6 +270,12 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
     }
 }
 
+/* v[0..7] as the lanes of a vector, built in registers. */
+NM_INLINE __m256 blk_lanes(const float *v) {
+    const __m128 lo = _mm_setr_ps(v[0], v[1], v[2], v[3]), hi = _mm_setr_ps(v[4], v[5], v[6], v[7]);
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
 /* gemm slot semantics (cpu.h) for type t (codec c): y[ci * ldy + r] = vec_dot(row r, activation
  * row ci). A tile is BLK_WROWS weight rows (one per f32 lane) x up to BLK_ROWS activation rows.
  * Per sub-block and activation row: the rows' integer sums, exact (|code| x act with the code's
@@ -293,8 +299,7 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
             for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
             for (int64_t s = 0; s < nsub; s++) {
                 __m256i q[BLK_WROWS];
-                float d0[BLK_WROWS] __attribute__((aligned(32))), d1[BLK_WROWS] __attribute__((aligned(32)));
-                float m0[BLK_WROWS] __attribute__((aligned(32))), m1[BLK_WROWS] __attribute__((aligned(32)));
+                float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
                 NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
                     float d[2] = {0, 0}, m[2] = {0, 0};
                     q[i] = _mm256_setzero_si256();
@@ -305,8 +310,10 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
                     }
                     d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
                 }
-                const __m256 vd0 = _mm256_load_ps(d0), vd1 = _mm256_load_ps(d1);
-                const __m256 vm0 = _mm256_load_ps(m0), vm1 = _mm256_load_ps(m1);
+                /* the 8 rows' scalars into lanes in registers: a vector load of 8 scalar stores
+                 * would wait for them to retire (no store forwarding) */
+                const __m256 vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
+                const __m256 vm0 = blk_lanes(m0), vm1 = blk_lanes(m1);
                 for (int k = 0; k < cc; k++) {
                     const block_q8x *xa = x[k] + s;
                     const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
