@@ -113,14 +113,29 @@ NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) {
     return _mm256_shuffle_epi8(tab, nibbles32(qs));
 }
 
-/* Sub-block j of the block at blk as block.h decodes it: codes into *q, scales d, offsets m
- * (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
+/* The types whose block.h codes are u - blk_uoff(t) with u small and unsigned (0..31): blk_decode
+ * gives u, which vpmaddubsw takes as it is (2 x 31 x 127 fits its int16), and the integer sums
+ * subtract blk_uoff(t) times the activations' sum, the same integers as the codes' sums. The
+ * other types' codes are signed (or too large for that) and take vpsignb: -1. */
+NM_INLINE int blk_uoff(const enum dtype t) {
+    switch (t) {
+    case DTYPE_Q5_0: return 16;
+    case DTYPE_Q3_K: return 4;
+    case DTYPE_Q5_1:
+    case DTYPE_Q2_K: return 0;
+    default: return -1;
+    }
+}
+
+/* Sub-block j of the block at blk as block.h decodes it: codes into *q (for blk_uoff(t) >= 0,
+ * the codes plus blk_uoff(t)), scales d, offsets m (F16C's conversion: blk_fp16's bits for every
+ * input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
                           float *d, float *m) {
     switch (t) {
-    case DTYPE_Q5_0: { /* q5_0_decode32: code - 16, offset -0.0 */
+    case DTYPE_Q5_0: { /* q5_0_decode32: code - 16 (here: code), offset -0.0 */
         const block_q5_0 *b = (const block_q5_0 *)blk;
-        *q = _mm256_sub_epi8(q5_codes(b->qs, b->qh), _mm256_set1_epi8(16));
+        *q = q5_codes(b->qs, b->qh);
         d[0] = d[1] = _cvtsh_ss(b->d);
         m[0] = m[1] = -0.0f;
         return;
@@ -157,12 +172,12 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         }
         return;
     }
-    case DTYPE_Q3_K: { /* q3_k_decode32: low - 4 where bit j of hmask is clear, d * (k6 - 32) */
+    case DTYPE_Q3_K: { /* q3_k_decode32: low - 4 where bit j of hmask is clear (here: low + 4 where it is
+                          set), d * (k6 - 32) */
         const block_q3_K *b = (const block_q3_K *)blk;
         const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-        const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit),
-                                                _mm256_setzero_si256());
-        *q = _mm256_sub_epi8(k_low2(b->qs, j), _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit), bit);
+        *q = _mm256_or_si256(k_low2(b->qs, j), _mm256_and_si256(set, _mm256_set1_epi8(4)));
         const float dd = _cvtsh_ss(b->d);
         for (int h = 0; h < 2; h++) {
             d[h] = dd * (float)(q3_k_scale6(b->scales, 2 * j + h) - 32);
@@ -279,7 +294,8 @@ NM_INLINE __m256 blk_lanes(const float *v) {
 /* gemm slot semantics (cpu.h) for type t (codec c): y[ci * ldy + r] = vec_dot(row r, activation
  * row ci). A tile is BLK_WROWS weight rows (one per f32 lane) x up to BLK_ROWS activation rows.
  * Per sub-block and activation row: the rows' integer sums, exact (|code| x act with the code's
- * sign moved onto act: codes -128..127, q8x codes -127..127, so a pair of products fits int16),
+ * sign moved onto act: codes -128..127, q8x codes -127..127, so a pair of products fits int16;
+ * or, for blk_uoff(t) >= 0, the unsigned codes x act less the offset times the act's sum),
  * reduced per 16-value half across the 8 rows by two rounds of vphaddd; then block_vec_dot_ref's
  * f32 step, d_a ((d0 sq0 + d1 sq1) + (m0 sa0 + m1 sa1)) added to the row's sum, in the lanes. */
 NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t n, const void *w, size_t ws, int nr,
@@ -288,6 +304,7 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
     const int64_t nsub = n / 32;
     const size_t tsz = c->info.type_size;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const int uoff = blk_uoff(t);
     for (int c0 = 0; c0 < nc; c0 += BLK_ROWS) {
         const int cc = NM_MIN(BLK_ROWS, nc - c0);
         const block_q8x *x[BLK_ROWS];
@@ -319,16 +336,23 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
                     const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
                     __m256i p[BLK_WROWS];
                     NM_UNROLL for (int i = 0; i < BLK_WROWS; i++)
-                        p[i] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(q[i]), _mm256_sign_epi8(a, q[i])),
+                        p[i] = _mm256_madd_epi16(uoff >= 0 ? _mm256_maddubs_epi16(q[i], a)
+                                                           : _mm256_maddubs_epi16(_mm256_abs_epi8(q[i]),
+                                                                                  _mm256_sign_epi8(a, q[i])),
                                                  ones16);
+                    __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
+                    sa = _mm256_hadd_epi32(sa, sa);
+                    sa = _mm256_hadd_epi32(sa, sa); /* 128-bit lane 0: half 0's sum, lane 1: half 1's */
                     /* dwords of p[i]: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
                     const __m256i x0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
                     const __m256i x1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-                    const __m256 sq0 = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(x0, x1, 0x20));
-                    const __m256 sq1 = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(x0, x1, 0x31));
-                    __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
-                    sa = _mm256_hadd_epi32(sa, sa);
-                    sa = _mm256_hadd_epi32(sa, sa); /* dword 0: half 0's sum, dword 4: half 1's */
+                    __m256i si0 = _mm256_permute2x128_si256(x0, x1, 0x20), si1 = _mm256_permute2x128_si256(x0, x1, 0x31);
+                    if (uoff > 0) { /* sum of (u - uoff) a = sum of u a - uoff sum of a */
+                        const __m256i o = _mm256_mullo_epi32(sa, _mm256_set1_epi32(uoff));
+                        si0 = _mm256_sub_epi32(si0, _mm256_permute2x128_si256(o, o, 0x00));
+                        si1 = _mm256_sub_epi32(si1, _mm256_permute2x128_si256(o, o, 0x11));
+                    }
+                    const __m256 sq0 = _mm256_cvtepi32_ps(si0), sq1 = _mm256_cvtepi32_ps(si1);
                     const __m256 sa0 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_castsi256_si128(sa)));
                     const __m256 sa1 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_extracti128_si256(sa, 1)));
                     const __m256 hs = _mm256_add_ps(_mm256_mul_ps(vd0, sq0), _mm256_mul_ps(vd1, sq1));
