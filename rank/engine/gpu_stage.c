@@ -57,7 +57,6 @@ struct gpu_stage {
     /* Weights: one device allocation, filled at open through upload_weight only. */
     uint8_t *wbuf;
     uint8_t *f16buf; /* the dense weights' f16 copies (keep_f16), made from wbuf at open, or NULL */
-    size_t f16_bytes;
     size_t wbuf_bytes, wbuf_used;
     uint64_t weight_bytes, weight_bytes_after_load;
     int n_tensors;
@@ -100,8 +99,8 @@ struct gpu_stage {
 
 /* ---- the prompt path's f16 copies ------------------------------------------------------------
  * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows) is a cuBLAS GEMM on f16 weights. Without
- * copies each call dequantizes its weight to f16 in tiles first (reading the blocks and writing
- * and reading twice their size in f16 again, for every chunk of every prompt); where the device
+ * copies each call dequantizes its weight to f16 in tiles first (reading the blocks, writing
+ * their values as f16 and reading those again, for every chunk of every prompt); where the device
  * has room once the stage is allocated, every dense matmul weight is dequantized here, once, into
  * an f16 copy the GEMMs read instead (F16 weights are their own copy). The same values either way
  * (the same dequantization kernel), so the same results up to cuBLAS's choice of algorithm for
@@ -177,7 +176,6 @@ static void keep_f16(struct gpu_stage *s) {
         off += ((size_t)w[i]->n * (size_t)w[i]->k * 2 + 255) / 256 * 256;
     }
     cuk_sync(s->ctx);
-    s->f16_bytes = bytes;
     nm_log_info("GPU: prompt matmuls on f16 copies of %d weights made at load, %.1f GiB in %.2f s (NM_GPU_F16=0: "
                 "dequantized per call instead)",
                 nw, (double)bytes / (1 << 30), nm_time_s() - t0);
