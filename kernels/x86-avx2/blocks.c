@@ -5,7 +5,9 @@
  * int8 codes, a scale and an offset per half) and dotted with each activation row through
  * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS decode in registers (nibbles
  * and 2-bit codes by AND and shift, fifth and high bits by a byte shuffle or mask and compare,
- * the IQ4 codebook by vpshufb); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
+ * the IQ4 codebook by vpshufb; the small unsigned codes of Q5_0, Q5_1, Q2_K and Q3_K go to
+ * vpmaddubsw as they are, blk_uoff; the sub-block scales of Q2_K, Q3_K and IQ4_XS come for the 8
+ * rows at once from gathers, gsc_scales); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
  * entries per sub-block by scalar loads and their 32 signs by a byte shuffle and compare, IQ1_S
  * and IQ1_M their grid entries the same way; block_codec.decode32 (the plain-C decoder the
  * references use) is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
@@ -127,9 +129,10 @@ NM_INLINE int blk_uoff(const enum dtype t) {
     }
 }
 
-/* Q2_K / Q3_K sub-block j's codes (as blk_decode gives them: plus blk_uoff(t)). */
-NM_INLINE __m256i k23_codes(const enum dtype t, const uint8_t *blk, int j) {
+/* Q2_K / Q3_K / IQ4_XS sub-block j's codes (as blk_decode gives them: plus blk_uoff(t)). */
+NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
     if (t == DTYPE_Q2_K) return k_low2(((const block_q2_K *)blk)->qs, j);
+    if (t == DTYPE_IQ4_XS) return iq4nl_codes(((const block_iq4_xs *)blk)->qs + 16 * j);
     const block_q3_K *b = (const block_q3_K *)blk; /* low + 4 where bit j of hmask is set */
     const __m256i bit = _mm256_set1_epi8((char)(1 << j));
     const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit), bit);
@@ -294,12 +297,13 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
     }
 }
 
-/* Q2_K and Q3_K: their 16 half scales per row took 16 scalar conversions and products per
- * sub-block; here they come for the tile's 8 rows at once, lane i = row i, from one or two
- * gathers of the scale bytes per sub-block (and d, dmin per super-block): the same operations on
- * the same values as blk_decode's scalar path (q2_k_decode32, q3_k_decode32). A dword gather at
- * byte off of the rows' block, zero past rows rows (their lanes are never stored). */
-NM_INLINE __m256i k23_gather(const uint8_t *blk0, size_t ws, int off, int rows) {
+/* Q2_K, Q3_K and IQ4_XS: their sub-block scales per row took scalar conversions and products
+ * (16 a sub-block for Q2_K); here they come for the tile's 8 rows at once, lane i = row i, from
+ * one or two gathers of the scale bytes per sub-block (and d, dmin per super-block): the same
+ * operations on the same values as blk_decode's scalar path (q2_k_decode32, q3_k_decode32,
+ * iq4_xs_decode32). A dword gather at byte off of the rows' block, zero past rows rows (their
+ * lanes are never stored). */
+NM_INLINE __m256i gsc_gather(const uint8_t *blk0, size_t ws, int off, int rows) {
     const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                                             _mm256_set1_epi32((int)ws)),
                                          _mm256_set1_epi32(off));
@@ -308,32 +312,43 @@ NM_INLINE __m256i k23_gather(const uint8_t *blk0, size_t ws, int off, int rows) 
 }
 
 /* d (and Q2_K's dmin) of the rows' super-block at blk0 as f32 lanes. */
-NM_INLINE void k23_d(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, __m256 *d, __m256 *dmin) {
-    /* Q2_K: d, dmin at bytes 80, 82; Q3_K: d at 108, the block's last 2 bytes (the dword at 106) */
-    const __m256i v = k23_gather(blk0, ws, t == DTYPE_Q2_K ? 80 : 106, rows);
+NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, __m256 *d, __m256 *dmin) {
+    /* Q2_K: d, dmin at bytes 80, 82; Q3_K: d at 108, the block's last 2 bytes (the dword at 106);
+     * IQ4_XS: d at 0 */
+    const __m256i v = gsc_gather(blk0, ws, t == DTYPE_Q2_K ? 80 : t == DTYPE_Q3_K ? 106 : 0, rows);
     const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), hi = _mm256_srli_epi32(v, 16);
-    const __m256i d16 = t == DTYPE_Q2_K ? lo : hi;
+    const __m256i d16 = t == DTYPE_Q3_K ? hi : lo;
     *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(d16, d16), 0x08)));
     *dmin = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi, hi), 0x08)));
 }
 
 /* Sub-block j's half scales d0, d1 and offsets m0, m1 of the rows' super-block at blk0. */
-NM_INLINE void k23_scales(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, int j, __m256 d, __m256 dmin,
+NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, int j, __m256 d, __m256 dmin,
                           __m256 *d0, __m256 *d1, __m256 *m0, __m256 *m1) {
     const __m256i f = _mm256_set1_epi32(0xF);
     const __m256 neg0 = _mm256_set1_ps(-0.0f);
     if (t == DTYPE_Q2_K) { /* scales[2j], scales[2j + 1]: d * (sc & 15), -(dmin * (sc >> 4)) */
-        const __m256i v = k23_gather(blk0, ws, 2 * j, rows);
+        const __m256i v = gsc_gather(blk0, ws, 2 * j, rows);
         *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v, f)));
         *m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), f))), neg0);
         *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8), f)));
         *m1 = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 12), f))), neg0);
         return;
     }
+    if (t == DTYPE_IQ4_XS) { /* iq4_xs_scale6: low 4 bits at bit 4j of scales_l (byte 4), high 2
+                                at bit 2j of scales_h (byte 2); d * (ls - 32), offset -0.0 */
+        const __m256i l = _mm256_srl_epi32(gsc_gather(blk0, ws, 4, rows), _mm_cvtsi32_si128(4 * j));
+        const __m256i h = _mm256_srl_epi32(gsc_gather(blk0, ws, 0, rows), _mm_cvtsi32_si128(16 + 2 * j));
+        const __m256i ls = _mm256_or_si256(_mm256_and_si256(l, f),
+                                           _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(3)), 4));
+        *d0 = *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
+        *m0 = *m1 = neg0;
+        return;
+    }
     /* Q3_K, scales at byte 96: q3_k_scale6 of k = 2j, 2j + 1: low 4 bits in byte k % 8 (high
      * nibble from k = 8), high 2 bits in byte 8 + k % 4 at bit 2 (k / 4), the same for both */
-    const __m256i l = _mm256_srli_epi32(k23_gather(blk0, ws, 96 + (2 * j) % 8, rows), 4 * (j >= 4));
-    const __m256i h = _mm256_srli_epi32(k23_gather(blk0, ws, 96 + 8 + (2 * j) % 4, rows), 2 * (j / 2));
+    const __m256i l = _mm256_srli_epi32(gsc_gather(blk0, ws, 96 + (2 * j) % 8, rows), 4 * (j >= 4));
+    const __m256i h = _mm256_srli_epi32(gsc_gather(blk0, ws, 96 + 8 + (2 * j) % 4, rows), 2 * (j / 2));
     const __m256i three = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
     const __m256i s0 = _mm256_or_si256(_mm256_and_si256(l, f), _mm256_slli_epi32(_mm256_and_si256(h, three), 4));
     const __m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(l, 8), f),
@@ -363,7 +378,8 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
     const size_t tsz = c->info.type_size;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int uoff = blk_uoff(t);
-    const bool k23 = t == DTYPE_Q2_K || t == DTYPE_Q3_K; /* scales by k23_scales */
+    const bool gsc = t == DTYPE_Q2_K || t == DTYPE_Q3_K || t == DTYPE_IQ4_XS; /* scales by gsc_scales */
+    NM_ASSERT(!gsc || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
     for (int c0 = 0; c0 < nc; c0 += BLK_ROWS) {
         const int cc = NM_MIN(BLK_ROWS, nc - c0);
         const block_q8x *x[BLK_ROWS];
@@ -373,20 +389,20 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
             const uint8_t *row0 = (const uint8_t *)w + (size_t)r0 * ws;
             __m256 sum[BLK_ROWS];
             for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
-            __m256 kd = _mm256_setzero_ps(), kdmin = _mm256_setzero_ps(); /* k23: the super-block's d, dmin */
+            __m256 kd = _mm256_setzero_ps(), kdmin = _mm256_setzero_ps(); /* gsc: the super-block's d, dmin */
             for (int64_t s = 0; s < nsub; s++) {
                 __m256i q[BLK_WROWS];
                 float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
                 const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
                 const int j = (int)(s % per);
-                if (k23 && j == 0) k23_d(t, blk0, ws, rr, &kd, &kdmin);
+                if (gsc && j == 0) gsc_d(t, blk0, ws, rr, &kd, &kdmin);
                 NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
                     float d[2] = {0, 0}, m[2] = {0, 0};
                     q[i] = _mm256_setzero_si256();
                     if (i < rr) {
                         const uint8_t *blk = blk0 + (size_t)i * ws;
                         if (nc == 1) _mm_prefetch((const char *)blk + BLK_PREFETCH, _MM_HINT_T0);
-                        if (k23) q[i] = k23_codes(t, blk, j);
+                        if (gsc) q[i] = gsc_codes(t, blk, j);
                         else blk_decode(t, c, blk, j, &q[i], d, m);
                     }
                     d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
@@ -394,8 +410,8 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
                 /* the 8 rows' scalars into lanes in registers: a vector load of 8 scalar stores
                  * would wait for them to retire (no store forwarding) */
                 __m256 vd0, vd1, vm0, vm1;
-                if (k23) {
-                    k23_scales(t, blk0, ws, rr, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
+                if (gsc) {
+                    gsc_scales(t, blk0, ws, rr, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
                 } else {
                     vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
                     vm0 = blk_lanes(m0), vm1 = blk_lanes(m1);
