@@ -5,9 +5,9 @@
  * int8 codes, a scale and an offset per half) and dotted with each activation row through
  * vpmaddubsw/vpmaddwd. Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL and IQ4_XS decode in registers (nibbles
  * and 2-bit codes by AND and shift, fifth and high bits by a byte shuffle or mask and compare,
- * the IQ4 codebook by vpshufb; the small unsigned codes of Q5_0, Q5_1, Q2_K and Q3_K go to
- * vpmaddubsw as they are, blk_uoff; the sub-block scales of Q2_K, Q3_K and IQ4_XS come for the 8
- * rows at once from gathers, gsc_scales); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
+ * the IQ4 codebook by vpshufb, gsc_codes; the small unsigned codes of Q5_0, Q5_1, Q2_K and Q3_K
+ * go to vpmaddubsw as they are, blk_uoff; their scales come for the 8 rows at once from gathers,
+ * gsc_scales); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
  * entries per sub-block by scalar loads and their 32 signs by a byte shuffle and compare, IQ1_S
  * and IQ1_M their grid entries the same way; block_codec.decode32 (the plain-C decoder the
  * references use) is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
@@ -115,7 +115,7 @@ NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) {
     return _mm256_shuffle_epi8(tab, nibbles32(qs));
 }
 
-/* The types whose block.h codes are u - blk_uoff(t) with u small and unsigned (0..31): blk_decode
+/* The types whose block.h codes are u - blk_uoff(t) with u small and unsigned (0..31): gsc_codes
  * gives u, which vpmaddubsw takes as it is (2 x 31 x 127 fits its int16), and the integer sums
  * subtract blk_uoff(t) times the activations' sum, the same integers as the codes' sums. The
  * other types' codes are signed (or too large for that) and take vpsignb: -1. */
@@ -129,74 +129,38 @@ NM_INLINE int blk_uoff(const enum dtype t) {
     }
 }
 
-/* Q2_K / Q3_K / IQ4_XS sub-block j's codes (as blk_decode gives them: plus blk_uoff(t)). */
-NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
-    if (t == DTYPE_Q2_K) return k_low2(((const block_q2_K *)blk)->qs, j);
-    if (t == DTYPE_IQ4_XS) return iq4nl_codes(((const block_iq4_xs *)blk)->qs + 16 * j);
-    const block_q3_K *b = (const block_q3_K *)blk; /* low + 4 where bit j of hmask is set */
-    const __m256i bit = _mm256_set1_epi8((char)(1 << j));
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit), bit);
-    return _mm256_or_si256(k_low2(b->qs, j), _mm256_and_si256(set, _mm256_set1_epi8(4)));
+/* The types whose scales come for the tile's 8 rows at once from gathers (gsc_d, gsc_scales):
+ * every type that decodes in registers but the IQ grid ones. */
+NM_INLINE bool blk_gathered(const enum dtype t) {
+    return t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL || t == DTYPE_IQ4_XS || t == DTYPE_Q2_K ||
+           t == DTYPE_Q3_K;
 }
 
-/* Sub-block j of the block at blk as block.h decodes it: codes into *q (for blk_uoff(t) >= 0,
- * the codes plus blk_uoff(t)), scales d, offsets m (F16C's conversion: blk_fp16's bits for every
- * input, NaNs quieted as it does). */
-NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
-                          float *d, float *m) {
+/* Sub-block j's 32 codes of a blk_gathered type, as block.h decodes them (plus blk_uoff(t) where
+ * that is >= 0): Q5_0 code - 16 (here: code), Q5_1 code, IQ4_NL and IQ4_XS the codebook's value,
+ * Q2_K code, Q3_K low - 4 where bit j of hmask is clear (here: low + 4 where it is set). */
+NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
     switch (t) {
-    case DTYPE_Q5_0: { /* q5_0_decode32: code - 16 (here: code), offset -0.0 */
-        const block_q5_0 *b = (const block_q5_0 *)blk;
-        *q = q5_codes(b->qs, b->qh);
-        d[0] = d[1] = _cvtsh_ss(b->d);
-        m[0] = m[1] = -0.0f;
-        return;
-    }
-    case DTYPE_Q5_1: { /* q5_1_decode32: code, offset m */
-        const block_q5_1 *b = (const block_q5_1 *)blk;
-        *q = q5_codes(b->qs, b->qh);
-        d[0] = d[1] = _cvtsh_ss(b->d);
-        m[0] = m[1] = _cvtsh_ss(b->m);
-        return;
-    }
-    case DTYPE_IQ4_NL: { /* iq4_nl_decode32: the codebook's value, offset -0.0 */
-        const block_iq4_nl *b = (const block_iq4_nl *)blk;
-        *q = iq4nl_codes(b->qs);
-        d[0] = d[1] = _cvtsh_ss(b->d);
-        m[0] = m[1] = -0.0f;
-        return;
-    }
-    case DTYPE_IQ4_XS: { /* iq4_xs_decode32: IQ4_NL's codes of sub-block j, scale d (ls_j - 32) */
-        const block_iq4_xs *b = (const block_iq4_xs *)blk;
-        *q = iq4nl_codes(b->qs + 16 * j);
-        d[0] = d[1] = _cvtsh_ss(b->d) * (float)(iq4_xs_scale6(b, j) - 32);
-        m[0] = m[1] = -0.0f;
-        return;
-    }
-    case DTYPE_Q2_K: { /* q2_k_decode32: code, scales d * sc and offsets -(dmin * mn) per half */
-        const block_q2_K *b = (const block_q2_K *)blk;
-        *q = k_low2(b->qs, j);
-        const float dd = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
-        for (int h = 0; h < 2; h++) {
-            const uint8_t sc = b->scales[2 * j + h];
-            d[h] = dd * (float)(sc & 0xF);
-            m[h] = -(dmin * (float)(sc >> 4));
-        }
-        return;
-    }
-    case DTYPE_Q3_K: { /* q3_k_decode32: low - 4 where bit j of hmask is clear (here: low + 4 where it is
-                          set), d * (k6 - 32) */
+    case DTYPE_Q5_0: return q5_codes(((const block_q5_0 *)blk)->qs, ((const block_q5_0 *)blk)->qh);
+    case DTYPE_Q5_1: return q5_codes(((const block_q5_1 *)blk)->qs, ((const block_q5_1 *)blk)->qh);
+    case DTYPE_IQ4_NL: return iq4nl_codes(((const block_iq4_nl *)blk)->qs);
+    case DTYPE_IQ4_XS: return iq4nl_codes(((const block_iq4_xs *)blk)->qs + 16 * j);
+    case DTYPE_Q2_K: return k_low2(((const block_q2_K *)blk)->qs, j);
+    default: { /* Q3_K */
         const block_q3_K *b = (const block_q3_K *)blk;
         const __m256i bit = _mm256_set1_epi8((char)(1 << j));
         const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)b->hmask), bit), bit);
-        *q = _mm256_or_si256(k_low2(b->qs, j), _mm256_and_si256(set, _mm256_set1_epi8(4)));
-        const float dd = _cvtsh_ss(b->d);
-        for (int h = 0; h < 2; h++) {
-            d[h] = dd * (float)(q3_k_scale6(b->scales, 2 * j + h) - 32);
-            m[h] = -0.0f;
-        }
-        return;
+        return _mm256_or_si256(k_low2(b->qs, j), _mm256_and_si256(set, _mm256_set1_epi8(4)));
     }
+    }
+}
+
+/* Sub-block j of the block at blk of a type that is not blk_gathered, as block.h decodes it:
+ * codes into *q, scales d, offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs
+ * quieted as it does). */
+NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
+                          float *d, float *m) {
+    switch (t) {
     case DTYPE_IQ2_XXS: { /* iq2_xxs_decode32 */
         const block_iq2_xxs *b = (const block_iq2_xxs *)blk;
         const uint8_t *p = (const uint8_t *)b->qs + 8 * j;
@@ -297,12 +261,12 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
     }
 }
 
-/* Q2_K, Q3_K and IQ4_XS: their sub-block scales per row took scalar conversions and products
- * (16 a sub-block for Q2_K); here they come for the tile's 8 rows at once, lane i = row i, from
- * one or two gathers of the scale bytes per sub-block (and d, dmin per super-block): the same
- * operations on the same values as blk_decode's scalar path (q2_k_decode32, q3_k_decode32,
- * iq4_xs_decode32). A dword gather at byte off of the rows' block, zero past rows rows (their
- * lanes are never stored). */
+/* The blk_gathered types' scales and offsets, which a row at a time took scalar conversions
+ * and products (16 a sub-block for Q2_K) and a trip through memory into the lanes: here they
+ * come for the tile's 8 rows at once, lane i = row i, from gathers of the rows' scale bytes (d,
+ * dmin once per block or super-block; per sub-block the K-quants' and IQ4_XS's scale bytes),
+ * with the operations of their decode32 on the same values. A dword gather at byte off of the
+ * rows' block, zero past rows rows (their lanes are never stored). */
 NM_INLINE __m256i gsc_gather(const uint8_t *blk0, size_t ws, int off, int rows) {
     const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                                             _mm256_set1_epi32((int)ws)),
@@ -311,10 +275,10 @@ NM_INLINE __m256i gsc_gather(const uint8_t *blk0, size_t ws, int off, int rows) 
     return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)blk0, idx, mask, 1);
 }
 
-/* d (and Q2_K's dmin) of the rows' super-block at blk0 as f32 lanes. */
+/* d (and Q2_K's dmin, Q5_1's m) of the rows' block or super-block at blk0 as f32 lanes. */
 NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, __m256 *d, __m256 *dmin) {
     /* Q2_K: d, dmin at bytes 80, 82; Q3_K: d at 108, the block's last 2 bytes (the dword at 106);
-     * IQ4_XS: d at 0 */
+     * the others: d at 0 (Q5_1: m at 2) */
     const __m256i v = gsc_gather(blk0, ws, t == DTYPE_Q2_K ? 80 : t == DTYPE_Q3_K ? 106 : 0, rows);
     const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), hi = _mm256_srli_epi32(v, 16);
     const __m256i d16 = t == DTYPE_Q3_K ? hi : lo;
@@ -327,6 +291,11 @@ NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, in
                           __m256 *d0, __m256 *d1, __m256 *m0, __m256 *m1) {
     const __m256i f = _mm256_set1_epi32(0xF);
     const __m256 neg0 = _mm256_set1_ps(-0.0f);
+    if (t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL) { /* d per block; offset Q5_1's m, else -0.0 */
+        *d0 = *d1 = d;
+        *m0 = *m1 = t == DTYPE_Q5_1 ? dmin : neg0;
+        return;
+    }
     if (t == DTYPE_Q2_K) { /* scales[2j], scales[2j + 1]: d * (sc & 15), -(dmin * (sc >> 4)) */
         const __m256i v = gsc_gather(blk0, ws, 2 * j, rows);
         *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v, f)));
@@ -378,7 +347,7 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
     const size_t tsz = c->info.type_size;
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int uoff = blk_uoff(t);
-    const bool gsc = t == DTYPE_Q2_K || t == DTYPE_Q3_K || t == DTYPE_IQ4_XS; /* scales by gsc_scales */
+    const bool gsc = blk_gathered(t);
     NM_ASSERT(!gsc || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
     for (int c0 = 0; c0 < nc; c0 += BLK_ROWS) {
         const int cc = NM_MIN(BLK_ROWS, nc - c0);
