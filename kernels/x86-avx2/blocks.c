@@ -265,21 +265,27 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
  * and products (16 a sub-block for Q2_K) and a trip through memory into the lanes: here they
  * come for the tile's 8 rows at once, lane i = row i, from gathers of the rows' scale bytes (d,
  * dmin once per block or super-block; per sub-block the K-quants' and IQ4_XS's scale bytes),
- * with the operations of their decode32 on the same values. A dword gather at byte off of the
- * rows' block, zero past rows rows (their lanes are never stored). */
-NM_INLINE __m256i gsc_gather(const uint8_t *blk0, size_t ws, int off, int rows) {
-    const __m256i idx = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                                            _mm256_set1_epi32((int)ws)),
-                                         _mm256_set1_epi32(off));
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)blk0, idx, mask, 1);
+ * with the operations of their decode32 on the same values. The tile's rows for the gathers:
+ * their byte offsets from the first (lane i: i x the row stride) and the lanes of rows that exist
+ * (the others read nothing and are zero; their lanes are never stored), formed once per tile. */
+struct gsc_rows {
+    __m256i off, mask;
+};
+NM_INLINE struct gsc_rows gsc_rows_of(size_t ws, int rows) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return (struct gsc_rows){.off = _mm256_mullo_epi32(lane, _mm256_set1_epi32((int)ws)),
+                             .mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), lane)};
+}
+/* The dword at byte off of each row's block (blk0: the first row's). */
+NM_INLINE __m256i gsc_gather(const uint8_t *blk0, const struct gsc_rows *g, int off) {
+    return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(blk0 + off), g->off, g->mask, 1);
 }
 
 /* d (and Q2_K's dmin, Q5_1's m) of the rows' block or super-block at blk0 as f32 lanes. */
-NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, __m256 *d, __m256 *dmin) {
+NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g, __m256 *d, __m256 *dmin) {
     /* Q2_K: d, dmin at bytes 80, 82; Q3_K: d at 108, the block's last 2 bytes (the dword at 106);
      * the others: d at 0 (Q5_1: m at 2) */
-    const __m256i v = gsc_gather(blk0, ws, t == DTYPE_Q2_K ? 80 : t == DTYPE_Q3_K ? 106 : 0, rows);
+    const __m256i v = gsc_gather(blk0, g, t == DTYPE_Q2_K ? 80 : t == DTYPE_Q3_K ? 106 : 0);
     const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), hi = _mm256_srli_epi32(v, 16);
     const __m256i d16 = t == DTYPE_Q3_K ? hi : lo;
     *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(d16, d16), 0x08)));
@@ -287,7 +293,7 @@ NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, size_t ws, int row
 }
 
 /* Sub-block j's half scales d0, d1 and offsets m0, m1 of the rows' super-block at blk0. */
-NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, int rows, int j, __m256 d, __m256 dmin,
+NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g, int j, __m256 d, __m256 dmin,
                           __m256 *d0, __m256 *d1, __m256 *m0, __m256 *m1) {
     const __m256i f = _mm256_set1_epi32(0xF);
     const __m256 neg0 = _mm256_set1_ps(-0.0f);
@@ -297,7 +303,7 @@ NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, in
         return;
     }
     if (t == DTYPE_Q2_K) { /* scales[2j], scales[2j + 1]: d * (sc & 15), -(dmin * (sc >> 4)) */
-        const __m256i v = gsc_gather(blk0, ws, 2 * j, rows);
+        const __m256i v = gsc_gather(blk0, g, 2 * j);
         *d0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(v, f)));
         *m0 = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), f))), neg0);
         *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8), f)));
@@ -306,8 +312,8 @@ NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, in
     }
     if (t == DTYPE_IQ4_XS) { /* iq4_xs_scale6: low 4 bits at bit 4j of scales_l (byte 4), high 2
                                 at bit 2j of scales_h (byte 2); d * (ls - 32), offset -0.0 */
-        const __m256i l = _mm256_srl_epi32(gsc_gather(blk0, ws, 4, rows), _mm_cvtsi32_si128(4 * j));
-        const __m256i h = _mm256_srl_epi32(gsc_gather(blk0, ws, 0, rows), _mm_cvtsi32_si128(16 + 2 * j));
+        const __m256i l = _mm256_srl_epi32(gsc_gather(blk0, g, 4), _mm_cvtsi32_si128(4 * j));
+        const __m256i h = _mm256_srl_epi32(gsc_gather(blk0, g, 0), _mm_cvtsi32_si128(16 + 2 * j));
         const __m256i ls = _mm256_or_si256(_mm256_and_si256(l, f),
                                            _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(3)), 4));
         *d0 = *d1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(ls, _mm256_set1_epi32(32))));
@@ -316,8 +322,8 @@ NM_INLINE void gsc_scales(const enum dtype t, const uint8_t *blk0, size_t ws, in
     }
     /* Q3_K, scales at byte 96: q3_k_scale6 of k = 2j, 2j + 1: low 4 bits in byte k % 8 (high
      * nibble from k = 8), high 2 bits in byte 8 + k % 4 at bit 2 (k / 4), the same for both */
-    const __m256i l = _mm256_srli_epi32(gsc_gather(blk0, ws, 96 + (2 * j) % 8, rows), 4 * (j >= 4));
-    const __m256i h = _mm256_srli_epi32(gsc_gather(blk0, ws, 96 + 8 + (2 * j) % 4, rows), 2 * (j / 2));
+    const __m256i l = _mm256_srli_epi32(gsc_gather(blk0, g, 96 + (2 * j) % 8), 4 * (j >= 4));
+    const __m256i h = _mm256_srli_epi32(gsc_gather(blk0, g, 96 + 8 + (2 * j) % 4), 2 * (j / 2));
     const __m256i three = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
     const __m256i s0 = _mm256_or_si256(_mm256_and_si256(l, f), _mm256_slli_epi32(_mm256_and_si256(h, three), 4));
     const __m256i s1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(l, 8), f),
@@ -359,12 +365,13 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
             __m256 sum[BLK_ROWS];
             for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
             __m256 kd = _mm256_setzero_ps(), kdmin = _mm256_setzero_ps(); /* gsc: the super-block's d, dmin */
+            const struct gsc_rows g = gsc_rows_of(ws, rr);
             for (int64_t s = 0; s < nsub; s++) {
                 __m256i q[BLK_WROWS];
                 float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
                 const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
                 const int j = (int)(s % per);
-                if (gsc && j == 0) gsc_d(t, blk0, ws, rr, &kd, &kdmin);
+                if (gsc && j == 0) gsc_d(t, blk0, &g, &kd, &kdmin);
                 NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
                     float d[2] = {0, 0}, m[2] = {0, 0};
                     q[i] = _mm256_setzero_si256();
@@ -380,7 +387,7 @@ NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t
                  * would wait for them to retire (no store forwarding) */
                 __m256 vd0, vd1, vm0, vm1;
                 if (gsc) {
-                    gsc_scales(t, blk0, ws, rr, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
+                    gsc_scales(t, blk0, &g, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
                 } else {
                     vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
                     vm0 = blk_lanes(m0), vm1 = blk_lanes(m1);
