@@ -193,7 +193,7 @@ bool kern_isa_avx2_has(enum dtype t) {
 
 bool kern_isa_avx2_has_packed(enum dtype t) {
     pthread_once(&g_tables_once, tables_init);
-    return pk_unit_bytes(t) > 0 && g_avx2.pk_gemm != g_ref.pk_gemm; /* avx2_fill_packed: every packed type */
+    return pk_unit_bytes(t) > 0 && g_avx2.pk_gemm != g_ref.pk_gemm && (!g_avx2.pk_has || g_avx2.pk_has(t));
 }
 
 const struct kern_isa *kern_isa_ref(void) {

@@ -42,6 +42,8 @@ struct kern_isa {
     /* Added (issue 4). The packed layouts' kernel (packed.h: struct pk_args); pk_gemm_ref in the
      * ref table. */
     void (*pk_gemm)(const struct pk_args *a);
+    /* The types pk_gemm takes (NULL: every type with a packed layout). */
+    bool (*pk_has)(enum dtype t);
     /* op_swiglu_ref twin (ops.h). */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
     /* op_attention_heads_ref and op_attention_queries_ref twins (ops.h; same arguments), and the

@@ -41,10 +41,11 @@ static const struct plan_entry k_quant_list[] = {
      "AMX tiles (prompt: BF16 for one sequence, INT8 batched) + AVX-512 VNNI (decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX512, "AVX-512 VNNI tiles (prompt and decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX2_PACKED, "AVX2 tiles, vpmaddubsw (prompt and decode)"},
+    {WEIGHT_LAYOUT_ROWS, NEED_AVX2_BLOCKS, "AVX2 on the GGUF blocks (prompt and decode)"}, /* the block types */
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
-/* Types without a packed layout (the block decoder interface's: Q5_0, Q2_K, IQ4_XS, ...): their
- * GGUF blocks as stored, decoded by table lookups inside the kernels. */
+/* Types without a packed layout (the IQ grid types: IQ2_*, IQ3_*, IQ1_*): their GGUF blocks as
+ * stored, decoded by table lookups inside the kernels. */
 static const struct plan_entry k_block_list[] = {
     {WEIGHT_LAYOUT_ROWS, NEED_AMX_BF16_BLOCKS,
      "AMX-BF16 tiles (prompt of one sequence) + AVX-512 VNNI on the GGUF blocks (decode)"},

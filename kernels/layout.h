@@ -6,11 +6,15 @@
  * and lets --strict turn a downgrade into an error (the caller decides; layout_report counts).
  *
  * Priority lists (first entry whose needs the CPU meets wins):
- *   matmul, Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K:
+ *   matmul, Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K and the block types Q5_0/Q5_1/IQ4_NL/Q2_K/Q3_K/IQ4_XS:
  *     1. q_tile16 with AMX-INT8 tiles (prompt) + AVX-512 VNNI (decode)   needs avx512 + AMX-INT8
  *     2. q_tile16 with AVX-512 VNNI (decode and prompt)                   needs avx512
- *     3. q_tile16 with AVX2 (vpmaddubsw; decode and prompt)               needs avx2
- *     4. rows with plain-C kernels                                        always
+ *     3. q_tile16 with AVX2 (vpmaddubsw; decode and prompt)               needs avx2 + its kernel
+ *     4. rows with AVX2 kernels on the GGUF blocks (the block types)     needs avx2
+ *     5. rows with plain-C kernels                                        always
+ *   matmul, the IQ grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M):
+ *     1. rows with AMX-BF16 tiles (prompt of one sequence) + AVX-512 VNNI needs avx512 + AMX-BF16
+ *     2. rows with AVX-512 VNNI, 3. rows with AVX2, 4. rows with plain C
  *   matmul, F16/BF16:
  *     1. f_pair16 with AMX-BF16 tiles (prompt) + AVX-512 FMA (decode)     needs avx512 + AMX-BF16
  *     2. f_pair16 with AVX-512 FMA                                        needs avx512

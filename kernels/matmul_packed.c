@@ -8,6 +8,7 @@
 
 #include "base.h"
 #include "blocks/block.h"
+#include "blocks/iq4_nl.h"
 #include "packed.h"
 #include "quant.h"
 
@@ -26,6 +27,23 @@ static inline int q6_code(const uint8_t *sub, int r, int c) {
     const uint8_t hb = sub[256 + 32 * (q / 2) + (pos & 31)];
     const unsigned n = pos >= 32 ? hb >> 4 : hb & 0xF;
     return (int)(nib(sub, r, c) | (((n >> (2 * (q & 1))) & 3) << 4));
+}
+
+/* The 2-bit code of row r, column c of a crumb sub-block at p, and the high bit of row r,
+ * column c in a sub-block's masks at hi. */
+static inline int crumb(const uint8_t *p, int r, int c) {
+    const int q = c / 4;
+    return (p[64 * (q / 4) + 4 * r + c % 4] >> (2 * (q % 4))) & 3;
+}
+static inline int hibit(const uint8_t *hi, int r, int c) {
+    const int bit = 4 * r + c % 4;
+    return (hi[8 * (c / 4) + bit / 8] >> (bit % 8)) & 1;
+}
+/* The sum of the first 16 activation codes of a block. */
+static inline int32_t lo16(const block_q8x *a) {
+    int32_t s = 0;
+    for (int c = 0; c < 16; c++) s += a->qs[c];
+    return s;
 }
 
 /* sum over the 32 columns of code(c) * a->qs[c], codes from a nibble sub-block */
@@ -88,6 +106,57 @@ static float unit_q(enum dtype t, const uint8_t *u, int r, const block_q8x *a, f
         }
         return acc;
     }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        int32_t s = t == DTYPE_Q5_0 ? -16 * a->isum : 0;
+        for (int c = 0; c < 32; c++) s += ((int32_t)nib(u, r, c) + 16 * hibit(u + PK_Q5_HI, r, c)) * a->qs[c];
+        acc = fmaf((float)s, h16(u + PK_Q5_D, r) * a->d, acc);
+        return t == DTYPE_Q5_1 ? fmaf(h16(u + PK_Q5_1_M, r), a->d * (float)a->isum, acc) : acc;
+    }
+    case DTYPE_IQ4_NL: {
+        int32_t s = 0;
+        for (int c = 0; c < 32; c++) s += iq4nl_value(nib(u, r, c)) * a->qs[c];
+        return fmaf((float)s, h16(u + PK_NL_D, r) * a->d, acc);
+    }
+    case DTYPE_Q2_K: {
+        const float d = h16(u + PK_K2_D, r), dmin = h16(u + PK_K2_DMIN, r);
+        for (int s = 0; s < 8; s++) {
+            const block_q8x *ab = a + s;
+            int32_t g[2] = {0, 0};
+            for (int c = 0; c < 32; c++) g[c / 16] += crumb(u + PK_K2_SUB * s, r, c) * ab->qs[c];
+            const unsigned s0 = u[PK_K2_SC + 16 * (2 * s) + r], s1 = u[PK_K2_SC + 16 * (2 * s + 1) + r];
+            const int32_t lo = lo16(ab);
+            const int32_t sum = g[0] * (int32_t)(s0 & 15) + g[1] * (int32_t)(s1 & 15);
+            const int32_t mins = (int32_t)(s0 >> 4) * lo + (int32_t)(s1 >> 4) * (ab->isum - lo);
+            acc = fmaf((float)sum, d * ab->d, acc);
+            acc = fmaf(-(float)mins, dmin * ab->d, acc);
+        }
+        return acc;
+    }
+    case DTYPE_Q3_K: {
+        const float d = h16(u + PK_K3_D, r);
+        for (int s = 0; s < 8; s++) {
+            const block_q8x *ab = a + s;
+            const int32_t lo = lo16(ab);
+            int32_t g[2] = {-4 * lo, -4 * (ab->isum - lo)};
+            for (int c = 0; c < 32; c++)
+                g[c / 16] += (crumb(u + PK_K2_SUB * s, r, c) + 4 * hibit(u + PK_K3_HI + 64 * s, r, c)) * ab->qs[c];
+            const int32_t sum = g[0] * (int8_t)u[PK_K3_SC + 16 * (2 * s) + r] +
+                                g[1] * (int8_t)u[PK_K3_SC + 16 * (2 * s + 1) + r];
+            acc = fmaf((float)sum, d * ab->d, acc);
+        }
+        return acc;
+    }
+    case DTYPE_IQ4_XS: {
+        const float d = h16(u + PK_XS_D, r);
+        for (int s = 0; s < 8; s++) {
+            const block_q8x *ab = a + s;
+            int32_t sum = 0;
+            for (int c = 0; c < 32; c++) sum += iq4nl_value(nib(u + 256 * s, r, c)) * ab->qs[c];
+            acc = fmaf((float)sum, d * (float)(int8_t)u[PK_XS_LS + 16 * s + r] * ab->d, acc);
+        }
+        return acc;
+    }
     default: nm_bug(__FILE__, __LINE__, "pk_gemm_ref: type without a packed layout");
     }
 }
@@ -116,6 +185,30 @@ static float unit_weight(enum dtype t, const uint8_t *u, int r, int c) {
         const int s = c / 32, cc = c % 32;
         const float sc = h16(u + PK_K6_D, r) * (float)(int8_t)u[PK_K6_SC + 16 * (2 * s + cc / 16) + r];
         return (float)(q6_code(u + PK_K6_SUB * s, r, cc) - 32) * sc;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        const int q = (int)nib(u, r, c) + 16 * hibit(u + PK_Q5_HI, r, c);
+        if (t == DTYPE_Q5_1) return fmaf((float)q, h16(u + PK_Q5_D, r), h16(u + PK_Q5_1_M, r));
+        return (float)(q - 16) * h16(u + PK_Q5_D, r);
+    }
+    case DTYPE_IQ4_NL: return (float)iq4nl_value(nib(u, r, c)) * h16(u + PK_NL_D, r);
+    case DTYPE_Q2_K: {
+        const int s = c / 32, cc = c % 32;
+        const unsigned sc = u[PK_K2_SC + 16 * (2 * s + cc / 16) + r];
+        const float dl = h16(u + PK_K2_D, r) * (float)(sc & 15), ml = h16(u + PK_K2_DMIN, r) * (float)(sc >> 4);
+        return fmaf((float)crumb(u + PK_K2_SUB * s, r, cc), dl, -ml);
+    }
+    case DTYPE_Q3_K: {
+        const int s = c / 32, cc = c % 32;
+        const float sc = h16(u + PK_K3_D, r) * (float)(int8_t)u[PK_K3_SC + 16 * (2 * s + cc / 16) + r];
+        const int q = crumb(u + PK_K2_SUB * s, r, cc) + 4 * hibit(u + PK_K3_HI + 64 * s, r, cc);
+        return (float)(q - 4) * sc;
+    }
+    case DTYPE_IQ4_XS: {
+        const int s = c / 32, cc = c % 32;
+        const float sc = h16(u + PK_XS_D, r) * (float)(int8_t)u[PK_XS_LS + 16 * s + r];
+        return (float)iq4nl_value(nib(u + 256 * s, r, cc)) * sc;
     }
     default: nm_bug(__FILE__, __LINE__, "pk_gemm_ref: type without a packed layout");
     }

@@ -7,6 +7,12 @@
 #include "matmul.h"
 #include "packed.h"
 #include "quant.h"
+#include "blocks/iq4_nl.h"
+#include "blocks/iq4_xs.h"
+#include "blocks/q5_0.h"
+#include "blocks/q5_1.h"
+#include "blocks/q2_k.h"
+#include "blocks/q3_k.h"
 
 bool weight_layout_supports(enum weight_layout layout, enum dtype type) {
     if (dtype_get((uint32_t)type) == NULL) return false;
@@ -14,7 +20,8 @@ bool weight_layout_supports(enum weight_layout layout, enum dtype type) {
     case WEIGHT_LAYOUT_ROWS: return true;
     case WEIGHT_LAYOUT_Q_TILE16:
         return type == DTYPE_Q4_0 || type == DTYPE_Q4_1 || type == DTYPE_Q8_0 || type == DTYPE_Q4_K ||
-               type == DTYPE_Q5_K || type == DTYPE_Q6_K;
+               type == DTYPE_Q5_K || type == DTYPE_Q6_K || type == DTYPE_Q2_K || type == DTYPE_Q3_K ||
+               type == DTYPE_IQ4_XS || type == DTYPE_Q5_0 || type == DTYPE_Q5_1 || type == DTYPE_IQ4_NL;
     case WEIGHT_LAYOUT_F_PAIR16: return type == DTYPE_F16 || type == DTYPE_BF16;
     case WEIGHT_LAYOUT_NONE: return false;
     }
@@ -37,6 +44,18 @@ static inline void put_nibble(uint8_t *p, int r, int c, unsigned v) {
     *b = (uint8_t)(*b | ((v & 0xF) << (4 * (q & 1))));
 }
 static inline void put_byte(uint8_t *p, int r, int c, uint8_t v) { p[64 * (c / 4) + 4 * r + c % 4] = v; }
+/* Crumb code v (0..3) of row r, column c of a 32-column sub-block at p. */
+static inline void put_crumb(uint8_t *p, int r, int c, unsigned v) {
+    const int q = c / 4;
+    uint8_t *b = p + 64 * (q / 4) + 4 * r + c % 4;
+    *b = (uint8_t)(*b | ((v & 3) << (2 * (q % 4))));
+}
+/* Set the high-bit mask bit of row r, column c in the sub-block's 8 masks at hi. */
+static inline void put_hibit(uint8_t *hi, int r, int c) {
+    const int bit = 4 * r + c % 4;
+    uint8_t *m = hi + 8 * (c / 4); /* little-endian u64 */
+    m[bit / 8] = (uint8_t)(m[bit / 8] | (1u << (bit % 8)));
+}
 static inline void put_u16(uint8_t *p, int idx, uint16_t v) { memcpy(p + 2 * idx, &v, 2); }
 
 /* The 6-bit (scale, min) pair j of a Q4_K/Q5_K super-block (ggml get_scale_min_k4). */
@@ -80,11 +99,7 @@ static void pack_one(enum dtype t, const uint8_t *blk, int r, uint8_t *p) {
         for (int s = 0; s < 8; s++) {
             for (int c = 0; c < 32; c++) {
                 put_nibble(p + 256 * s, r, c, (qs[32 * (s / 2) + c] >> (4 * (s & 1))) & 0xF);
-                if (five && ((((const block_q5_K *)blk)->qh[c] >> s) & 1)) {
-                    uint8_t *hi = p + PK_K5_HI + 64 * s + 8 * (c / 4); /* little-endian u64 */
-                    const int bit = 4 * r + c % 4;
-                    hi[bit / 8] = (uint8_t)(hi[bit / 8] | (1u << (bit % 8)));
-                }
+                if (five && ((((const block_q5_K *)blk)->qh[c] >> s) & 1)) put_hibit(p + PK_K5_HI + 64 * s, r, c);
             }
             uint8_t sc, m;
             scale_min_k4(s, scales, &sc, &m);
@@ -123,6 +138,58 @@ static void pack_one(enum dtype t, const uint8_t *blk, int r, uint8_t *p) {
         }
         for (int g = 0; g < 16; g++) p[PK_K6_SC + 16 * g + r] = (uint8_t)b->scales[g];
         put_u16(p + PK_K6_D, r, b->d);
+        break;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        const bool one = t == DTYPE_Q5_1;
+        const uint8_t *qs = one ? ((const block_q5_1 *)blk)->qs : ((const block_q5_0 *)blk)->qs;
+        const uint8_t *qh = one ? ((const block_q5_1 *)blk)->qh : ((const block_q5_0 *)blk)->qh;
+        for (int c = 0; c < 32; c++) {
+            put_nibble(p, r, c, c < 16 ? qs[c] & 0xF : qs[c - 16] >> 4);
+            if ((qh[c / 8] >> (c % 8)) & 1) put_hibit(p + PK_Q5_HI, r, c);
+        }
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        put_u16(p + PK_Q5_D, r, d);
+        if (one) put_u16(p + PK_Q5_1_M, r, ((const block_q5_1 *)blk)->m);
+        break;
+    }
+    case DTYPE_IQ4_NL: {
+        const block_iq4_nl *b = (const block_iq4_nl *)blk;
+        for (int c = 0; c < 32; c++) put_nibble(p, r, c, c < 16 ? b->qs[c] & 0xF : b->qs[c - 16] >> 4);
+        put_u16(p + PK_NL_D, r, b->d);
+        break;
+    }
+    case DTYPE_Q2_K:
+    case DTYPE_Q3_K: {
+        const bool three = t == DTYPE_Q3_K;
+        const uint8_t *qs = three ? ((const block_q3_K *)blk)->qs : ((const block_q2_K *)blk)->qs;
+        for (int s = 0; s < 8; s++)
+            for (int c = 0; c < 32; c++) {
+                put_crumb(p + PK_K2_SUB * s, r, c, qs[32 * (s / 4) + c] >> (2 * (s % 4)));
+                if (three && ((((const block_q3_K *)blk)->hmask[c] >> s) & 1)) put_hibit(p + PK_K3_HI + 64 * s, r, c);
+            }
+        if (three) {
+            const block_q3_K *b = (const block_q3_K *)blk;
+            for (int g = 0; g < 16; g++) p[PK_K3_SC + 16 * g + r] = (uint8_t)(int8_t)(q3_k_scale6(b->scales, g) - 32);
+            put_u16(p + PK_K3_D, r, b->d);
+        } else {
+            const block_q2_K *b = (const block_q2_K *)blk;
+            for (int g = 0; g < 16; g++) p[PK_K2_SC + 16 * g + r] = b->scales[g];
+            put_u16(p + PK_K2_D, r, b->d);
+            put_u16(p + PK_K2_DMIN, r, b->dmin);
+        }
+        break;
+    }
+    case DTYPE_IQ4_XS: {
+        const block_iq4_xs *b = (const block_iq4_xs *)blk;
+        for (int s = 0; s < 8; s++) {
+            for (int c = 0; c < 32; c++)
+                put_nibble(p + 256 * s, r, c, c < 16 ? b->qs[16 * s + c] & 0xF : b->qs[16 * s + c - 16] >> 4);
+            p[PK_XS_LS + 16 * s + r] = (uint8_t)(int8_t)(iq4_xs_scale6(b, s) - 32);
+        }
+        put_u16(p + PK_XS_D, r, b->d);
         break;
     }
     default: nm_bug(__FILE__, __LINE__, "pack_one: type without a packed layout");

@@ -5,9 +5,9 @@
  *
  * Common geometry. Output rows are taken in groups of 16 ("row groups"; rows past n are padding,
  * all bytes zero). A group is stored as consecutive units along K; a unit covers
- *   - 32 input columns for Q4_0, Q4_1, Q8_0, F16, BF16 (one ggml block; floats pad K with zeros
+ *   - 32 input columns for Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, IQ4_NL, F16, BF16 (one ggml block; floats pad K with zeros
  *     to a multiple of 32), or
- *   - 256 input columns for Q4_K, Q5_K, Q6_K (one super-block),
+ *   - 256 input columns for Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS (one super-block),
  * for all 16 rows of the group: group g, unit u starts at (g * n_units + u) * unit_bytes. So a
  * row's value is always computed in lane (row % 16) of a group, whatever the slice, and a column
  * range of whole units is a contiguous byte range of every group (the chunked matmul).
@@ -19,6 +19,10 @@
  *   nibble codes (Q4_0, Q4_1, Q4_K, Q5_K low 4 bits, Q6_K low 4 bits): 4 lines of 64 bytes;
  *     line j holds quad 2j in its low nibbles and quad 2j + 1 in its high nibbles (256 bytes).
  *   byte codes (Q8_0): 8 lines, quad q in line q, stored as q8_0 code + 128 (512 bytes).
+ *   crumb codes (Q2_K, the low 2 bits of Q3_K): 2 lines of 64 bytes; line L holds quads 4L..4L+3,
+ *     quad 4L + j in bits 2j, 2j + 1 of each byte (128 bytes).
+ *   high-bit masks (Q5_K's fifth bit, Q3_K's third): hi[q] u64 per quad q of a sub-block, bit
+ *     (4 r + i) the bit of row r, column i of the quad: the byte mask of that quad's line.
  *
  * Units by type (f16 = IEEE half bits, kept exactly as in the file; no scale is rounded):
  *   Q4_0  (288 B = 16 x 18): codes[256] nibbles, value q - 8; d f16[16] (one per row).
@@ -35,6 +39,19 @@
  *         low-nibble code, bits 2-3 for the high-nibble code), and in its high nibble the same
  *         for line j's byte p + 32. Then sc i8[16][16] (16-column group, row) and d f16[16].
  *         value = d * sc[g] * (q - 32), q the 6-bit code.
+ *   Q5_0  (352 B = 16 x 22): codes[256] nibbles (low 4 bits); hi[8] u64 (fifth bits); d f16[16].
+ *         value = d * (q - 16), q the 5-bit code.
+ *   Q5_1  (384 B = 16 x 24): codes[256]; hi[8]; d f16[16]; m f16[16]. value = d * q + m.
+ *   IQ4_NL (288 B = 16 x 18): codes[256] nibbles (the iq4nl index); d f16[16].
+ *         value = d * iq4nl_value(q).
+ *   Q2_K  (1344 B = 16 x 84): codes[8][128] crumbs; sc u8[16][16] (16-column group g, row r:
+ *         the file's scale byte as is, low nibble sc, high nibble mn); d f16[16]; dmin f16[16].
+ *         value = d * sc[g] * q - dmin * mn[g], q the 2-bit code.
+ *   Q3_K  (1824 B = 16 x 114): codes[8][128] crumbs (low 2 bits); hi[8][8] u64 (third bits); sc
+ *         i8[16][16] (the 6-bit scale minus 32, -32..31); d f16[16].
+ *         value = d * sc[g] * (q - 4), q the 3-bit code (ggml's code + 4).
+ *   IQ4_XS (2208 B = 16 x 138): codes[8][256] nibbles (the iq4nl index); ls i8[8][16] (the 6-bit
+ *         sub-block scale minus 32); d f16[16]. value = d * ls[s] * iq4nl_value(q).
  *   F16, BF16 (1024 B): 16 lines of 64 bytes; line p holds columns 2p, 2p+1 of row r at bytes
  *         4r, 4r + 2 (the AMX bf16 B-tile / vdpbf16ps pair order), values as in the file (F16
  *         stays F16: no precision lost; the kernels widen it exactly, or round it to bf16 for
@@ -55,7 +72,10 @@ struct block_codec;
 
 /* Columns per unit: 256 for K-quants, 32 for the others. */
 static inline int pk_unit_cols(enum dtype t) {
-    return (t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K) ? 256 : 32;
+    return (t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q6_K || t == DTYPE_Q2_K || t == DTYPE_Q3_K ||
+            t == DTYPE_IQ4_XS)
+               ? 256
+               : 32;
 }
 
 /* Bytes per unit (16 rows), 0 for a type without a packed layout. */
@@ -67,6 +87,12 @@ static inline size_t pk_unit_bytes(enum dtype t) {
     case DTYPE_Q4_K: return 2368;
     case DTYPE_Q5_K: return 2880;
     case DTYPE_Q6_K: return 3360;
+    case DTYPE_Q5_0: return 352;
+    case DTYPE_Q5_1: return 384;
+    case DTYPE_IQ4_NL: return 288;
+    case DTYPE_Q2_K: return 1344;
+    case DTYPE_Q3_K: return 1824;
+    case DTYPE_IQ4_XS: return 2208;
     case DTYPE_F16:
     case DTYPE_BF16: return 1024;
     default: return 0;
@@ -90,6 +116,19 @@ static inline size_t pk_unit_bytes(enum dtype t) {
 #define PK_K6_SUB 384 /* Q6_K: bytes per sub-block (lo[256] + hh[128]) */
 #define PK_K6_SC 3072
 #define PK_K6_D 3328
+#define PK_Q5_HI 256 /* Q5_0, Q5_1 */
+#define PK_Q5_D 320
+#define PK_Q5_1_M 352
+#define PK_NL_D 256 /* IQ4_NL */
+#define PK_K2_SUB 128 /* Q2_K, Q3_K: crumb bytes per sub-block */
+#define PK_K2_SC 1024 /* Q2_K */
+#define PK_K2_D 1280
+#define PK_K2_DMIN 1312
+#define PK_K3_HI 1024 /* Q3_K */
+#define PK_K3_SC 1536
+#define PK_K3_D 1792
+#define PK_XS_LS 2048 /* IQ4_XS */
+#define PK_XS_D 2176
 
 /* Units per row (K padded up to whole units for float types). */
 static inline int64_t pk_units(enum dtype t, int64_t k) {
@@ -141,11 +180,13 @@ struct pk_args {
 
 /* q8x activations in the int8 tile order: per 16 activation rows (a tile), per 32-column block,
  * PK_ACT_TILE_B bytes: the 16 rows' codes (row r at 32 r: one TILELOADD of stride 32), then
- * their d (16 f32), then their isum (16 int32). Rows past m are zero (they add nothing and are
- * never stored). */
-#define PK_ACT_TILE_B 640
+ * their d (16 f32), their isum (16 int32) and the sums of their first 16 codes (16 int32: Q2_K's
+ * mins, which scale each 16-column half). Rows past m are zero (they add nothing and are never
+ * stored). */
+#define PK_ACT_TILE_B 704
 #define PK_ACT_TILE_D 512
 #define PK_ACT_TILE_ISUM 576
+#define PK_ACT_TILE_LO 640
 
 /* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c).
  * With bf16_tiles, the twin of the bf16 tiles: the same bf16 weights and activations, summed in

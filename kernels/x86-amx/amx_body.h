@@ -62,8 +62,13 @@ static void *amx_scratch(size_t bytes) { return nm_thread_buf(NM_TBUF_KERNEL, by
  *   Q4_0, Q8_0: sc = d                      (f32)
  *   Q4_1:       sc = d, mn = m              (f32, f32)
  *   Q4_K, Q5_K: sc = d * sc_s, mn = dmin * mn_s (f32, f32: the VNNI kernel's products)
- *   Q6_K:       sc = d, s0, s1 (int32: the int8 scales of the two 16-column groups)
- * Signed codes (Q4_0: q - 8, Q8_0: q, Q6_K: q - 32; the others as they are) make TDPBSSD's
+ *   Q6_K, Q3_K: sc = d, s0, s1 (int32: the int8 scales of the two 16-column groups)
+ *   Q2_K:       sc = d, s0, s1, m0, m1 (int32: the 4-bit scales and mins of the two groups), dmin
+ *   IQ4_XS:     sc = d * ls_s (f32)
+ *   Q5_0, IQ4_NL: sc = d; Q5_1: sc = d, mn = m (as Q4_0 and Q4_1)
+ * Signed codes (Q4_0: q - 8, Q5_0: q - 16, Q8_0: q, Q6_K: q - 32, Q3_K: q - 4, IQ4_NL and IQ4_XS: the
+ * iq4nl value; the
+ * others as they are) make TDPBSSD's
  * int32 equal to the VNNI kernel's integer sum including its offset term, so no per-row offset
  * correction is left for the f32 step. */
 #define AMX_PANEL_B 512
@@ -74,8 +79,20 @@ static void *amx_scratch(size_t bytes) { return nm_thread_buf(NM_TBUF_KERNEL, by
 #define AMX_SLAB_BLOCKS 64
 
 static inline int amx_np(enum dtype t) {
-    return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 ? 1 : t == DTYPE_Q6_K ? 3 : 2;
+    switch (t) {
+    case DTYPE_Q4_0:
+    case DTYPE_Q8_0:
+    case DTYPE_Q5_0:
+    case DTYPE_IQ4_NL:
+    case DTYPE_IQ4_XS: return 1;
+    case DTYPE_Q6_K:
+    case DTYPE_Q3_K: return 3;
+    case DTYPE_Q2_K: return 6;
+    default: return 2;
+    }
 }
+/* The types whose blocks take two half tiles (K = 16: a scale per 16 columns). */
+static inline bool amx_halves(enum dtype t) { return t == DTYPE_Q6_K || t == DTYPE_Q3_K || t == DTYPE_Q2_K; }
 static inline __m512 amx_h16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline __m512 amx_u8f(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
@@ -145,16 +162,92 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
                            _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16))));
         break;
     }
+    case DTYPE_Q2_K:
+    case DTYPE_Q3_K: {
+        const int three = t == DTYPE_Q3_K;
+        const uint8_t *cr = u + PK_K2_SUB * s, *hi = three ? u + PK_K3_HI + 64 * s : NULL;
+        NM_UNROLL for (int l = 0; l < 2; l++) {
+            const __m512i v = _mm512_loadu_si512(cr + 64 * l);
+            NM_UNROLL for (int j = 0; j < 4; j++) {
+                __m512i q = _mm512_and_si512(j ? _mm512_srli_epi16(v, 2 * j) : v, _mm512_set1_epi8(3));
+                if (three) {
+                    uint64_t k;
+                    memcpy(&k, hi + 8 * (4 * l + j), 8);
+                    q = _mm512_sub_epi8(_mm512_mask_add_epi8(q, (__mmask64)k, q, _mm512_set1_epi8(4)), _mm512_set1_epi8(4));
+                }
+                _mm512_store_si512(dst + 64 * (4 * l + j), q);
+            }
+        }
+        if (three) {
+            _mm512_store_ps(prm, amx_h16(u + PK_K3_D));
+            _mm512_store_si512(prm + 16, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s))));
+            _mm512_store_si512(prm + 32,
+                               _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s + 16))));
+        } else {
+            const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s)));
+            const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s + 16)));
+            _mm512_store_ps(prm, amx_h16(u + PK_K2_D));
+            _mm512_store_si512(prm + 16, _mm512_and_si512(b0, _mm512_set1_epi32(15)));
+            _mm512_store_si512(prm + 32, _mm512_and_si512(b1, _mm512_set1_epi32(15)));
+            _mm512_store_si512(prm + 48, _mm512_srli_epi32(b0, 4));
+            _mm512_store_si512(prm + 64, _mm512_srli_epi32(b1, 4));
+            _mm512_store_ps(prm + 80, amx_h16(u + PK_K2_DMIN));
+        }
+        break;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        const int one = t == DTYPE_Q5_1;
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_loadu_si512(u + 64 * j);
+            __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            uint64_t k0, k1;
+            memcpy(&k0, u + PK_Q5_HI + 8 * (2 * j), 8);
+            memcpy(&k1, u + PK_Q5_HI + 8 * (2 * j + 1), 8);
+            lo = _mm512_mask_add_epi8(lo, (__mmask64)k0, lo, _mm512_set1_epi8(16));
+            hi = _mm512_mask_add_epi8(hi, (__mmask64)k1, hi, _mm512_set1_epi8(16));
+            if (!one) {
+                lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(16));
+                hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(16));
+            }
+            _mm512_store_si512(dst + 128 * j, lo);
+            _mm512_store_si512(dst + 128 * j + 64, hi);
+        }
+        _mm512_store_ps(prm, amx_h16(u + PK_Q5_D));
+        if (one) _mm512_store_ps(prm + 16, amx_h16(u + PK_Q5_1_M));
+        break;
+    }
+    case DTYPE_IQ4_NL:
+    case DTYPE_IQ4_XS: {
+        const __m512i lut = _mm512_broadcast_i32x4(
+            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+        const int xs = t == DTYPE_IQ4_XS;
+        const uint8_t *p = u + 256 * s;
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i v = _mm512_loadu_si512(p + 64 * j);
+            _mm512_store_si512(dst + 128 * j, _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)));
+            _mm512_store_si512(dst + 128 * j + 64,
+                               _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
+        }
+        if (xs)
+            _mm512_store_ps(prm, _mm512_mul_ps(amx_h16(u + PK_XS_D),
+                                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                   _mm_loadu_si128((const __m128i *)(u + PK_XS_LS + 16 * s))))));
+        else
+            _mm512_store_ps(prm, amx_h16(u + PK_NL_D));
+        break;
+    }
     default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
     }
 }
 
-/* The f32 step of one block for the first rows (<= 16) activation rows of a tile: c0 (and Q6_K's
- * c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai the rows' q8x d
- * and isum of the block (the activation tile's entry, pk_args.act_tiles). Per row the same operations, in the same
- * order, as the VNNI kernel (x86-avx512/packed.c). */
+/* The f32 step of one block for the first rows (<= 16) activation rows of a tile: c0 (and the
+ * half-tile types' c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai,
+ * al the rows' q8x d, isum and first-16 sum of the block (the activation tile's entry,
+ * pk_args.act_tiles). Per row the same operations, in the same order, as the VNNI kernel
+ * (x86-avx512/packed.c). */
 NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm, const float *ad,
-                        const int32_t *ai, __m512 *acc, int rows) {
+                        const int32_t *ai, const int32_t *al, __m512 *acc, int rows) {
     const __m512 sc = _mm512_load_ps(prm);
     NM_UNROLL for (int r = 0; r < 16; r++) {
         if (r >= rows) break; /* rows past m: zeros of the activation tile, never stored */
@@ -162,9 +255,13 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
         switch (t) {
         case DTYPE_Q4_0:
         case DTYPE_Q8_0:
+        case DTYPE_Q5_0:
+        case DTYPE_IQ4_NL:
+        case DTYPE_IQ4_XS:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
             break;
         case DTYPE_Q4_1:
+        case DTYPE_Q5_1:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
             acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
             break;
@@ -173,11 +270,20 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
             acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
             break;
-        case DTYPE_Q6_K: {
+        case DTYPE_Q6_K:
+        case DTYPE_Q3_K:
+        case DTYPE_Q2_K: {
             const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(ci, _mm512_load_si512(prm + 16)),
                                                _mm512_mullo_epi32(_mm512_load_si512(c1 + 16 * r),
                                                                   _mm512_load_si512(prm + 32)));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
+            const __m512 adr = _mm512_set1_ps(ad[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, adr), acc[r]);
+            if (t == DTYPE_Q2_K) {
+                const __m512i mins = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(prm + 48), _mm512_set1_epi32(al[r])),
+                                                      _mm512_mullo_epi32(_mm512_load_si512(prm + 64),
+                                                                         _mm512_set1_epi32(ai[r] - al[r])));
+                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(_mm512_load_ps(prm + 80), adr), acc[r]);
+            }
             break;
         }
         default: break;
@@ -259,6 +365,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_A(b) (ab + (size_t)(b) * PK_ACT_TILE_B)
 #define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
 #define AMX_AI(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_ISUM))
+#define AMX_AL(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_LO))
 #define AMX_B(b) (pnl + (size_t)(jit ? (b) & (AMX_RING - 1) : (b)) * ps)
 #define AMX_U(b)                                                                                            \
     do {                                                                                                    \
@@ -274,11 +381,11 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_POST2(b, cbi)                                                                                   \
     do {                                                                                                    \
         amx_post(t, cb + 256 * (cbi), NULL, (const float *)(AMX_B(b) + AMX_PANEL_B), AMX_AD(b), AMX_AI(b),  \
-                 acc, rows);                                                                                \
+                 AMX_AL(b), acc, rows);                                                                     \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
     for (int64_t b = 0; b < AMX_AHEAD; b++) AMX_U(b);
-    if (t == DTYPE_Q6_K) {
+    if (amx_halves(t)) {
 #define AMX_Q6_L(b)                                                                                         \
     do {                                                                                                    \
         TILE_LOAD(0, AMX_A(b), st);                                                                         \
@@ -296,7 +403,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_Q6_POST(b)                                                                                      \
     do {                                                                                                    \
         amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256, (const float *)(AMX_B(b) + AMX_PANEL_B), \
-                 AMX_AD(b), AMX_AI(b), acc, rows);                                                          \
+                 AMX_AD(b), AMX_AI(b), AMX_AL(b), acc, rows);                                               \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
         AMX_Q6_L(0);
@@ -414,7 +521,7 @@ NM_INLINE void amx_i8_thin(const enum dtype t, const struct pk_args *a, uint8_t 
  * the slabs change where acc lives, not the operations). */
 NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     NM_ASSERT(a->act_tiles);
-    const int q6 = t == DTYPE_Q6_K;
+    const int q6 = amx_halves(t);
     const int ublk = pk_unit_cols(t) / 32;
     const int64_t nb = a->n_units * ublk;
     const size_t ub = pk_unit_bytes(t);
@@ -495,6 +602,12 @@ static void amx_i8_q8_0(const struct pk_args *a) { amx_i8(DTYPE_Q8_0, a); }
 static void amx_i8_q4_k(const struct pk_args *a) { amx_i8(DTYPE_Q4_K, a); }
 static void amx_i8_q5_k(const struct pk_args *a) { amx_i8(DTYPE_Q5_K, a); }
 static void amx_i8_q6_k(const struct pk_args *a) { amx_i8(DTYPE_Q6_K, a); }
+static void amx_i8_q2_k(const struct pk_args *a) { amx_i8(DTYPE_Q2_K, a); }
+static void amx_i8_q3_k(const struct pk_args *a) { amx_i8(DTYPE_Q3_K, a); }
+static void amx_i8_iq4_xs(const struct pk_args *a) { amx_i8(DTYPE_IQ4_XS, a); }
+static void amx_i8_q5_0(const struct pk_args *a) { amx_i8(DTYPE_Q5_0, a); }
+static void amx_i8_q5_1(const struct pk_args *a) { amx_i8(DTYPE_Q5_1, a); }
+static void amx_i8_iq4_nl(const struct pk_args *a) { amx_i8(DTYPE_IQ4_NL, a); }
 
 static void AMX_FN_INT8(const struct pk_args *a) {
     switch (a->type) {
@@ -504,6 +617,12 @@ static void AMX_FN_INT8(const struct pk_args *a) {
     case DTYPE_Q4_K: amx_i8_q4_k(a); break;
     case DTYPE_Q5_K: amx_i8_q5_k(a); break;
     case DTYPE_Q6_K: amx_i8_q6_k(a); break;
+    case DTYPE_Q2_K: amx_i8_q2_k(a); break;
+    case DTYPE_Q3_K: amx_i8_q3_k(a); break;
+    case DTYPE_IQ4_XS: amx_i8_iq4_xs(a); break;
+    case DTYPE_Q5_0: amx_i8_q5_0(a); break;
+    case DTYPE_Q5_1: amx_i8_q5_1(a); break;
+    case DTYPE_IQ4_NL: amx_i8_iq4_nl(a); break;
     default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
     }
 }
@@ -545,7 +664,7 @@ NM_INLINE void amx_bf_line(const uint8_t *q, __m512 slo, __m512 shi, const __m51
 }
 
 /* Block blk (32 columns) of row group wg as 16 bf16 pair lines at dst (1 KiB); tmp: a panel
- * entry's scratch (AMX_PANEL_B + 256 bytes, 64-aligned) for the quantized types. */
+ * entry's scratch (AMX_PANEL_B + 64 * amx_np(t) bytes, 64-aligned) for the quantized types. */
 NM_INLINE void amx_bf_block(const enum dtype t, const uint8_t *wg, int64_t blk, uint8_t *dst, uint8_t *tmp) {
     if (t == DTYPE_BF16 || t == DTYPE_F16) {
         const uint8_t *u = wg + (size_t)blk * 1024;
@@ -570,20 +689,26 @@ NM_INLINE void amx_bf_block(const enum dtype t, const uint8_t *wg, int64_t blk, 
     const __m512i ilo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
     const __m512i ihi = _mm512_add_epi32(ilo, _mm512_set1_epi32(8));
     __m512 s0 = _mm512_load_ps(prm), s1 = s0;
-    __m512 mn = _mm512_setzero_ps();
-    const bool has_mn = t == DTYPE_Q4_1 || t == DTYPE_Q4_K || t == DTYPE_Q5_K;
-    if (t == DTYPE_Q4_1) mn = _mm512_load_ps(prm + 16);
-    if (t == DTYPE_Q4_K || t == DTYPE_Q5_K) mn = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(prm + 16));
-    if (t == DTYPE_Q6_K) { /* lines 0-3: the first 16 columns' scale, lines 4-7: the second's */
+    __m512 mn0 = _mm512_setzero_ps(), mn1 = mn0; /* the mins of the first and the last 16 columns */
+    const bool has_mn = t == DTYPE_Q4_1 || t == DTYPE_Q5_1 || t == DTYPE_Q4_K || t == DTYPE_Q5_K || t == DTYPE_Q2_K;
+    if (t == DTYPE_Q4_1 || t == DTYPE_Q5_1) mn0 = mn1 = _mm512_load_ps(prm + 16);
+    if (t == DTYPE_Q4_K || t == DTYPE_Q5_K) mn0 = mn1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_load_ps(prm + 16));
+    if (amx_halves(t)) { /* lines 0-3: the first 16 columns' scale, lines 4-7: the second's */
         s0 = _mm512_mul_ps(_mm512_load_ps(prm), _mm512_cvtepi32_ps(_mm512_load_si512(prm + 16)));
         s1 = _mm512_mul_ps(_mm512_load_ps(prm), _mm512_cvtepi32_ps(_mm512_load_si512(prm + 32)));
     }
-    const __m512 mlo = _mm512_permutexvar_ps(ilo, mn), mhi = _mm512_permutexvar_ps(ihi, mn);
+    if (t == DTYPE_Q2_K) {
+        const __m512 dmin = _mm512_load_ps(prm + 80);
+        mn0 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_load_si512(prm + 48))));
+        mn1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_load_si512(prm + 64))));
+    }
+    const __m512 m0lo = _mm512_permutexvar_ps(ilo, mn0), m0hi = _mm512_permutexvar_ps(ihi, mn0);
+    const __m512 m1lo = _mm512_permutexvar_ps(ilo, mn1), m1hi = _mm512_permutexvar_ps(ihi, mn1);
     const __m512 a_lo = _mm512_permutexvar_ps(ilo, s0), a_hi = _mm512_permutexvar_ps(ihi, s0);
     const __m512 b_lo = _mm512_permutexvar_ps(ilo, s1), b_hi = _mm512_permutexvar_ps(ihi, s1);
     NM_UNROLL for (int q = 0; q < 8; q++)
-        amx_bf_line(tmp + 64 * q, q < 4 ? a_lo : b_lo, q < 4 ? a_hi : b_hi, has_mn ? &mlo : NULL, has_mn ? &mhi : NULL,
-                    dst + 128 * q);
+        amx_bf_line(tmp + 64 * q, q < 4 ? a_lo : b_lo, q < 4 ? a_hi : b_hi, has_mn ? (q < 4 ? &m0lo : &m1lo) : NULL,
+                    has_mn ? (q < 4 ? &m0hi : &m1hi) : NULL, dst + 128 * q);
 }
 
 /* Block blk (32 columns) of row group g of a ROWS-layout block type (pk_args.codec) as 16 bf16

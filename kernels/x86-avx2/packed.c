@@ -317,4 +317,9 @@ static void pk_gemm_avx2(const struct pk_args *a) {
     }
 }
 
-void avx2_fill_packed(struct kern_isa *t) { t->pk_gemm = pk_gemm_avx2; }
+static bool pk_has_avx2(enum dtype t) { return (unsigned)t < DTYPE_COUNT && k_tiles[t].gemv != NULL; }
+
+void avx2_fill_packed(struct kern_isa *t) {
+    t->pk_gemm = pk_gemm_avx2;
+    t->pk_has = pk_has_avx2;
+}

@@ -2,7 +2,10 @@
  * interface (kernels/blocks/block.h, issue 15): Q5_0, Q5_1, IQ4_NL (dot_q5.c, dot_iq4.c), Q2_K,
  * Q3_K (dot_k23.c), IQ4_XS (dot_iq4.c), IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
  * (dot_iq.h's hooks: dot_iq.c, and dot_iq_vbmi.c for IQ2_XXS, IQ3_XXS), read from the native GGUF blocks (no repacking) with q8x activations packed in
- * natural order (simd.h).
+ * natural order (simd.h). The engine runs only the IQ grid types on them: the layout planner
+ * packs the other six into q_tile16 units on AVX-512 CPUs (packed.h, x86-avx512/packed.c), as it
+ * does Q4_0 and Q4_K, whose rows kernels (dot_q.c, dot_k.c) likewise stay this path's full table
+ * of row kernels (kern_isa: tests, benchmarks, NM_ISA comparisons).
  *
  * A row is walked in groups of 256 values: one super-block, or 8 blocks of the 32-value types
  * (the last group of those may hold fewer). Like the decoded form of block.h, every type is

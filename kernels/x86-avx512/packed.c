@@ -78,6 +78,37 @@ NM_INLINE void nib_codes(const uint8_t *p, __m512i q[8]) {
     }
 }
 
+/* Codes of a crumb sub-block (Q2_K; Q3_K with its third bits at hi: 8 masks): line L = 0, 1 gives
+ * quads 4L + j at bits 2j. */
+NM_INLINE void crumb_codes(const uint8_t *p, const uint8_t *hi, __m512i q[8]) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    NM_UNROLL for (int l = 0; l < 2; l++) {
+        const __m512i v = _mm512_loadu_si512(p + 64 * l);
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            q[4 * l + j] = _mm512_and_si512(j ? _mm512_srli_epi16(v, 2 * j) : v, m3);
+            if (hi) {
+                uint64_t k;
+                memcpy(&k, hi + 8 * (4 * l + j), 8);
+                q[4 * l + j] = _mm512_mask_add_epi8(q[4 * l + j], (__mmask64)k, q[4 * l + j], _mm512_set1_epi8(4));
+            }
+        }
+    }
+}
+
+/* The iq4nl values + 128 (1..241) by index: vpdpbusd's unsigned operand; the kernels subtract
+ * 128 times the activations' sum. */
+NM_INLINE __m512i iq4_lut(void) {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
+                                                (char)166, (char)181, (char)197, (char)217, (char)241));
+}
+
+/* Codes of an IQ4_XS nibble sub-block as iq4nl value + 128. */
+NM_INLINE void iq4_codes(const uint8_t *p, __m512i q[8]) {
+    const __m512i lut = iq4_lut();
+    nib_codes(p, q);
+    NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm512_shuffle_epi8(lut, q[i]);
+}
+
 /* int32 lanes: bias + sum over quads [q0, q1) of codes . activations */
 NM_INLINE __m512i dots(const __m512i *q, const block_q8x *a, int q0, int q1, __m512i bias) {
     __m512i s0 = bias, s1 = _mm512_setzero_si512();
@@ -100,16 +131,27 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const u
     __m512i q[8];
     switch (t) {
     case DTYPE_Q4_0:
-    case DTYPE_Q4_1: {
+    case DTYPE_Q4_1:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+    case DTYPE_IQ4_NL: { /* nibble codes (+ a fifth bit, or looked up), one scale (+ Q4_1/Q5_1's m) */
+        const int five = t == DTYPE_Q5_0 || t == DTYPE_Q5_1, mn = t == DTYPE_Q4_1 || t == DTYPE_Q5_1;
         nib_codes(u, q);
-        const __m512 dw = h16x16(u + PK_Q4_0_D);
-        const __m512 mw = t == DTYPE_Q4_1 ? h16x16(u + PK_Q4_1_M) : dw;
+        if (five)
+            NM_UNROLL for (int i = 0; i < 8; i++) {
+                uint64_t k;
+                memcpy(&k, u + PK_Q5_HI + 8 * i, 8);
+                q[i] = _mm512_mask_add_epi8(q[i], (__mmask64)k, q[i], _mm512_set1_epi8(16));
+            }
+        if (t == DTYPE_IQ4_NL) NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm512_shuffle_epi8(iq4_lut(), q[i]);
+        const __m512 dw = h16x16(u + (five ? PK_Q5_D : PK_Q4_0_D));
+        const __m512 mw = mn ? h16x16(u + (five ? PK_Q5_1_M : PK_Q4_1_M)) : dw;
+        const int off = t == DTYPE_Q4_0 ? 8 : t == DTYPE_Q5_0 ? 16 : t == DTYPE_IQ4_NL ? 128 : 0;
         NM_UNROLL for (int c = 0; c < C; c++) {
             const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
-            const __m512i bias = t == DTYPE_Q4_0 ? _mm512_set1_epi32(-8 * a->isum) : _mm512_setzero_si512();
-            const __m512i s = dots(q, a, 0, 8, bias);
+            const __m512i s = dots(q, a, 0, 8, _mm512_set1_epi32(-off * a->isum));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(a->d)), acc[c]);
-            if (t == DTYPE_Q4_1) acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->d * (float)a->isum), acc[c]);
+            if (mn) acc[c] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->d * (float)a->isum), acc[c]);
         }
         break;
     }
@@ -171,6 +213,54 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const u
                 const __m512i g1 = dots(q, a, 4, 8, _mm512_set1_epi32(-32 * (a->isum - lo)));
                 const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0, sc0), _mm512_mullo_epi32(g1, sc1));
                 acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(a->d)), acc[c]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q2_K:
+    case DTYPE_Q3_K: {
+        const int three = t == DTYPE_Q3_K;
+        const __m512 d = h16x16(u + (three ? PK_K3_D : PK_K2_D));
+        const __m512 dmin = three ? d : h16x16(u + PK_K2_DMIN);
+        for (int s = 0; s < 8; s++) {
+            crumb_codes(u + PK_K2_SUB * s, three ? u + PK_K3_HI + 64 * s : NULL, q);
+            __m512i sc0, sc1, mn0 = _mm512_setzero_si512(), mn1 = mn0;
+            if (three) {
+                sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s)));
+                sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s + 16)));
+            } else {
+                const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s)));
+                const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s + 16)));
+                sc0 = _mm512_and_si512(b0, _mm512_set1_epi32(15)), mn0 = _mm512_srli_epi32(b0, 4);
+                sc1 = _mm512_and_si512(b1, _mm512_set1_epi32(15)), mn1 = _mm512_srli_epi32(b1, 4);
+            }
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                const int32_t lo = lo16_sum(a);
+                const __m512i g0 = dots(q, a, 0, 4, _mm512_set1_epi32(three ? -4 * lo : 0));
+                const __m512i g1 = dots(q, a, 4, 8, _mm512_set1_epi32(three ? -4 * (a->isum - lo) : 0));
+                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0, sc0), _mm512_mullo_epi32(g1, sc1));
+                const __m512 ad = _mm512_set1_ps(a->d);
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, ad), acc[c]);
+                if (!three) {
+                    const __m512i mins = _mm512_add_epi32(_mm512_mullo_epi32(mn0, _mm512_set1_epi32(lo)),
+                                                          _mm512_mullo_epi32(mn1, _mm512_set1_epi32(a->isum - lo)));
+                    acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, ad), acc[c]);
+                }
+            }
+        }
+        break;
+    }
+    case DTYPE_IQ4_XS: {
+        const __m512 d = h16x16(u + PK_XS_D);
+        for (int s = 0; s < 8; s++) {
+            iq4_codes(u + 256 * s, q);
+            const __m512 sc = _mm512_mul_ps(
+                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_XS_LS + 16 * s)))));
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                const __m512i sum = dots(q, a, 0, 8, _mm512_set1_epi32(-128 * a->isum));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sc, _mm512_set1_ps(a->d)), acc[c]);
             }
         }
         break;
@@ -254,11 +344,19 @@ PK_INST4(Q8_0)
 PK_INST4(Q4_K)
 PK_INST4(Q5_K)
 PK_INST4(Q6_K)
+PK_INST4(Q2_K)
+PK_INST4(Q3_K)
+PK_INST4(IQ4_XS)
+PK_INST4(Q5_0)
+PK_INST4(Q5_1)
+PK_INST4(IQ4_NL)
 PK_INST4(F16)
 PK_INST4(BF16)
 #define PK_ROW(T) [DTYPE_##T] = {NULL, pk_group_##T##_1, pk_group_##T##_2, pk_group_##T##_3, pk_group_##T##_4}
 static const pk_group_fn k_groups[DTYPE_COUNT][5] = {PK_ROW(Q4_0), PK_ROW(Q4_1), PK_ROW(Q8_0), PK_ROW(Q4_K),
-                                                     PK_ROW(Q5_K), PK_ROW(Q6_K), PK_ROW(F16),  PK_ROW(BF16)};
+                                                     PK_ROW(Q5_K), PK_ROW(Q6_K), PK_ROW(Q2_K), PK_ROW(Q3_K),
+                                                     PK_ROW(IQ4_XS), PK_ROW(Q5_0), PK_ROW(Q5_1), PK_ROW(IQ4_NL),
+                                                     PK_ROW(F16), PK_ROW(BF16)};
 
 /* ---- GEMV (m = 1): GEMV_STREAMS row groups at once -----------------------------------------
  * A thread's groups are cut into GEMV_STREAMS runs of consecutive groups, and one pass walks the
@@ -279,14 +377,30 @@ static const pk_group_fn k_groups[DTYPE_COUNT][5] = {PK_ROW(Q4_0), PK_ROW(Q4_1),
 #define GEMV_STREAMS 4
 
 
-/* int32 lanes: bias + the dot product of one nibble sub-block (4 lines at p) with block a, for
- * G groups; Q5_K adds the fifth bits (hi at 64-byte stride per group). */
-NM_INLINE void gemv_nib(const int G, const int five, const uint8_t *const *p, size_t off, const uint8_t *const *hi,
+/* How gemv_nib reads a nibble sub-block's codes. */
+enum { NIB_PLAIN, NIB_FIVE, NIB_LUT };
+
+/* int32 lanes: bias + the dot product of one nibble sub-block (4 lines at p[g] + off) with block
+ * a, for G groups; NIB_FIVE adds the fifth bits (8 masks at hi[g]: Q5_0, Q5_1, Q5_K), NIB_LUT
+ * looks the nibbles up (iq4_lut: IQ4_NL, IQ4_XS). */
+NM_INLINE void gemv_nib(const int G, const int mode, const uint8_t *const *p, size_t off, const uint8_t *const *hi,
                         const block_q8x *a, __m512i bias, __m512i *sum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i s0[GEMV_STREAMS], s1[GEMV_STREAMS];
     NM_UNROLL for (int g = 0; g < G; g++) s0[g] = bias, s1[g] = _mm512_setzero_si512();
-    if (!five) {
+    if (mode == NIB_LUT) {
+        const __m512i lut = iq4_lut();
+        NM_UNROLL for (int j = 0; j < 4; j++) {
+            const __m512i b0 = bq(a, 2 * j), b1 = bq(a, 2 * j + 1);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512i v = _mm512_loadu_si512(p[g] + off + 64 * j);
+                s0[g] = _mm512_dpbusd_epi32(s0[g], _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)), b0);
+                s1[g] = _mm512_dpbusd_epi32(s1[g], _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)),
+                                            b1);
+            }
+        }
+        NM_UNROLL for (int g = 0; g < G; g++) sum[g] = _mm512_add_epi32(s0[g], s1[g]);
+    } else if (mode == NIB_PLAIN) {
         const __m512i mf0 = _mm512_set1_epi8((char)0xF0);
         NM_UNROLL for (int j = 0; j < 4; j++) {
             const __m512i b0 = bq(a, 2 * j), b1 = bq(a, 2 * j + 1);
@@ -325,13 +439,32 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
     case DTYPE_Q4_1: {
         if (pf > 0) NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf, u[g] + pf + ub);
         __m512i s[GEMV_STREAMS];
-        gemv_nib(G, 0, u, 0, NULL, a, t == DTYPE_Q4_0 ? _mm512_set1_epi32(-8 * a->isum) : _mm512_setzero_si512(), s);
+        gemv_nib(G, NIB_PLAIN, u, 0, NULL, a, t == DTYPE_Q4_0 ? _mm512_set1_epi32(-8 * a->isum) : _mm512_setzero_si512(), s);
         const __m512 ad = _mm512_set1_ps(a->d);
         NM_UNROLL for (int g = 0; g < G; g++) {
             const __m512 dw = h16x16(u[g] + PK_Q4_0_D);
             acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g]), _mm512_mul_ps(dw, ad), acc[g]);
             if (t == DTYPE_Q4_1)
                 acc[g] = _mm512_fmadd_ps(h16x16(u[g] + PK_Q4_1_M), _mm512_set1_ps(a->d * (float)a->isum), acc[g]);
+        }
+        break;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+    case DTYPE_IQ4_NL: {
+        if (pf > 0) NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf, u[g] + pf + ub);
+        const int nl = t == DTYPE_IQ4_NL;
+        const uint8_t *hi[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) hi[g] = u[g] + PK_Q5_HI;
+        __m512i s[GEMV_STREAMS];
+        gemv_nib(G, nl ? NIB_LUT : NIB_FIVE, u, 0, hi, a,
+                 _mm512_set1_epi32((nl ? -128 : t == DTYPE_Q5_0 ? -16 : 0) * a->isum), s);
+        const __m512 ad = _mm512_set1_ps(a->d);
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            const __m512 dw = h16x16(u[g] + (nl ? PK_NL_D : PK_Q5_D));
+            acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[g]), _mm512_mul_ps(dw, ad), acc[g]);
+            if (t == DTYPE_Q5_1)
+                acc[g] = _mm512_fmadd_ps(h16x16(u[g] + PK_Q5_1_M), _mm512_set1_ps(a->d * (float)a->isum), acc[g]);
         }
         break;
     }
@@ -369,7 +502,7 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
             const uint8_t *hi[GEMV_STREAMS];
             NM_UNROLL for (int g = 0; g < G; g++) hi[g] = u[g] + PK_K5_HI + 64 * s;
             __m512i sum[GEMV_STREAMS];
-            gemv_nib(G, five, u, 256 * (size_t)s, hi, as, _mm512_setzero_si512(), sum);
+            gemv_nib(G, five ? NIB_FIVE : NIB_PLAIN, u, 256 * (size_t)s, hi, as, _mm512_setzero_si512(), sum);
             const __m512 ad = _mm512_set1_ps(as->d), am = _mm512_set1_ps(as->d * (float)as->isum);
             NM_UNROLL for (int g = 0; g < G; g++) {
                 const __m512 sc = _mm512_mul_ps(u8x16(u[g] + osc + 16 * s), d[g]);
@@ -423,6 +556,85 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
                     _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K6_SC + 32 * s + 16)));
                 const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0[g], sc0), _mm512_mullo_epi32(g1[g], sc1));
                 acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[g], ad), acc[g]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q2_K:
+    case DTYPE_Q3_K: {
+        /* per sub-block: line 0 (columns 0-15) into g0, line 1 (16-31) into g1, as unit_q's
+         * dots over quads 0-3 and 4-7 */
+        const int three = t == DTYPE_Q3_K;
+        const __m512i m3 = _mm512_set1_epi8(3), c4 = _mm512_set1_epi8(4);
+        __m512 d[GEMV_STREAMS], dmin[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) {
+            d[g] = h16x16(u[g] + (three ? PK_K3_D : PK_K2_D));
+            dmin[g] = three ? d[g] : h16x16(u[g] + PK_K2_DMIN);
+        }
+        for (int s = 0; s < 8; s++) {
+            if (pf > 0)
+                NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + ub * s / 8, u[g] + pf + ub * (s + 1) / 8);
+            const block_q8x *as = a + s;
+            const int32_t lo = lo16_sum(as);
+            __m512i gs[2][GEMV_STREAMS];
+            NM_UNROLL for (int l = 0; l < 2; l++) {
+                const __m512i bias = _mm512_set1_epi32(three ? -4 * (l ? as->isum - lo : lo) : 0);
+                __m512i b[4];
+                NM_UNROLL for (int j = 0; j < 4; j++) b[j] = bq(as, 4 * l + j);
+                NM_UNROLL for (int g = 0; g < G; g++) {
+                    const __m512i v = _mm512_loadu_si512(u[g] + PK_K2_SUB * s + 64 * l);
+                    __m512i acc_i = bias;
+                    NM_UNROLL for (int j = 0; j < 4; j++) {
+                        __m512i q = _mm512_and_si512(j ? _mm512_srli_epi16(v, 2 * j) : v, m3);
+                        if (three) {
+                            uint64_t k;
+                            memcpy(&k, u[g] + PK_K3_HI + 64 * s + 8 * (4 * l + j), 8);
+                            q = _mm512_mask_add_epi8(q, (__mmask64)k, q, c4);
+                        }
+                        acc_i = _mm512_dpbusd_epi32(acc_i, q, b[j]);
+                    }
+                    gs[l][g] = acc_i;
+                }
+            }
+            const __m512 ad = _mm512_set1_ps(as->d);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                __m512i sc0, sc1;
+                if (three) {
+                    sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K3_SC + 32 * s)));
+                    sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K3_SC + 32 * s + 16)));
+                } else {
+                    sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K2_SC + 32 * s)));
+                    sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K2_SC + 32 * s + 16)));
+                }
+                const __m512i m15 = _mm512_set1_epi32(15);
+                const __m512i sum = three ? _mm512_add_epi32(_mm512_mullo_epi32(gs[0][g], sc0), _mm512_mullo_epi32(gs[1][g], sc1))
+                                          : _mm512_add_epi32(_mm512_mullo_epi32(gs[0][g], _mm512_and_si512(sc0, m15)),
+                                                             _mm512_mullo_epi32(gs[1][g], _mm512_and_si512(sc1, m15)));
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[g], ad), acc[g]);
+                if (!three) {
+                    const __m512i mins =
+                        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(sc0, 4), _mm512_set1_epi32(lo)),
+                                         _mm512_mullo_epi32(_mm512_srli_epi32(sc1, 4), _mm512_set1_epi32(as->isum - lo)));
+                    acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin[g], ad), acc[g]);
+                }
+            }
+        }
+        break;
+    }
+    case DTYPE_IQ4_XS: {
+        __m512 d[GEMV_STREAMS];
+        NM_UNROLL for (int g = 0; g < G; g++) d[g] = h16x16(u[g] + PK_XS_D);
+        for (int s = 0; s < 8; s++) {
+            if (pf > 0)
+                NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + ub * s / 8, u[g] + pf + ub * (s + 1) / 8);
+            const block_q8x *as = a + s;
+            __m512i sum[GEMV_STREAMS];
+            gemv_nib(G, NIB_LUT, u, 256 * (size_t)s, NULL, as, _mm512_set1_epi32(-128 * as->isum), sum);
+            const __m512 ad = _mm512_set1_ps(as->d);
+            NM_UNROLL for (int g = 0; g < G; g++) {
+                const __m512 sc = _mm512_mul_ps(
+                    d[g], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_XS_LS + 16 * s)))));
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[g]), _mm512_mul_ps(sc, ad), acc[g]);
             }
         }
         break;
@@ -511,11 +723,19 @@ GEMV_INST(Q4_1)
 GEMV_INST(Q4_K)
 GEMV_INST(Q5_K)
 GEMV_INST(Q6_K)
+GEMV_INST(Q2_K)
+GEMV_INST(Q3_K)
+GEMV_INST(IQ4_XS)
+GEMV_INST(Q5_0)
+GEMV_INST(Q5_1)
+GEMV_INST(IQ4_NL)
 GEMV_INST(Q8_0)
 GEMV_INST(BF16)
 #define GEMV_ROW(T) [DTYPE_##T] = {gemv_##T##_1, gemv_##T##_n}
 static const gemv_fn k_gemv[DTYPE_COUNT][2] = {GEMV_ROW(Q4_0), GEMV_ROW(Q4_1), GEMV_ROW(Q4_K), GEMV_ROW(Q5_K),
-                                               GEMV_ROW(Q6_K), GEMV_ROW(Q8_0), GEMV_ROW(BF16)};
+                                               GEMV_ROW(Q6_K), GEMV_ROW(Q2_K), GEMV_ROW(Q3_K), GEMV_ROW(IQ4_XS),
+                                               GEMV_ROW(Q5_0), GEMV_ROW(Q5_1), GEMV_ROW(IQ4_NL),
+                                               GEMV_ROW(Q8_0), GEMV_ROW(BF16)};
 
 /* The GEMV (a->m == 1): GEMV_STREAMS runs of a->n_groups / GEMV_STREAMS groups, then the
  * remaining groups one at a time. */

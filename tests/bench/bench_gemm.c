@@ -60,8 +60,9 @@ static double amx_probe(struct pool *pool, bool int8) {
     return best;
 }
 
-static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
-                                     DTYPE_BF16, DTYPE_F16,  DTYPE_Q4_1, DTYPE_Q5_K};
+static const enum dtype k_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_BF16,  DTYPE_F16,
+                                     DTYPE_Q4_1, DTYPE_Q5_K, DTYPE_Q2_K, DTYPE_Q3_K, DTYPE_IQ4_XS,
+                                     DTYPE_Q5_0, DTYPE_Q5_1, DTYPE_IQ4_NL};
 static const int64_t k_shapes[][2] = {{896, 4864}, {2048, 8192}, {4096, 14336}, {14336, 4096}, {4864, 896}, {896, 896}, {896, 128},
                                       {4096, 4096}, {4096, 1024}};
 #define SWEEP_SHAPE 2 /* 4096x14336 */

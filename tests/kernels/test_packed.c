@@ -34,7 +34,9 @@
 
 static const struct { enum dtype t; double tol; } k_types[] = {
     {DTYPE_Q4_0, TOL_Q4}, {DTYPE_Q4_1, TOL_Q4}, {DTYPE_Q8_0, TOL_Q8_0}, {DTYPE_Q4_K, TOL_Q4},
-    {DTYPE_Q5_K, TOL_Q4}, {DTYPE_Q6_K, TOL_Q4}, {DTYPE_F16, TOL_FLOAT}, {DTYPE_BF16, TOL_FLOAT},
+    {DTYPE_Q5_K, TOL_Q4}, {DTYPE_Q6_K, TOL_Q4}, {DTYPE_Q2_K, TOL_Q4}, {DTYPE_Q3_K, TOL_Q4},
+    {DTYPE_IQ4_XS, TOL_Q4}, {DTYPE_Q5_0, TOL_Q4}, {DTYPE_Q5_1, TOL_Q4}, {DTYPE_IQ4_NL, TOL_Q4},
+    {DTYPE_F16, TOL_FLOAT}, {DTYPE_BF16, TOL_FLOAT},
 };
 
 static enum weight_layout layout_of(enum dtype t) {
@@ -53,6 +55,19 @@ static unsigned u_nib(const uint8_t *sub, int r, int c) {
     const uint8_t b = sub[64 * (q / 2) + 4 * r + c % 4];
     return q % 2 ? b >> 4 : b & 0xF;
 }
+
+/* The 2-bit code of row r, column c of a crumb sub-block, and its high-bit mask bit. */
+static int u_crumb(const uint8_t *sub, int r, int c) {
+    const int q = c / 4;
+    return (sub[64 * (q / 4) + 4 * r + c % 4] >> (2 * (q % 4))) & 3;
+}
+static int u_hibit(const uint8_t *hi, int r, int c) {
+    uint64_t m;
+    memcpy(&m, hi + 8 * (c / 4), 8);
+    return (int)((m >> (4 * r + c % 4)) & 1);
+}
+/* The 16 values of ggml's kvalues_iq4nl, written out again here. */
+static const int k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 /* Value of row r (in its group), column c (in its unit) of unit u of type t. */
 static float unpack_value(enum dtype t, const uint8_t *u, int r, int c) {
@@ -81,6 +96,27 @@ static float unpack_value(enum dtype t, const uint8_t *u, int r, int c) {
         const unsigned nb = pos >= 32 ? hb >> 4 : hb & 0xF;
         const int q = (int)(u_nib(sub, r, cc) | (((nb >> (2 * (qd % 2))) & 3) << 4)) - 32;
         return u_h(u + 3328, r) * (float)(int8_t)u[3072 + 16 * (c / 16) + r] * (float)q;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1: {
+        const int q = (int)u_nib(u, r, c) + 16 * u_hibit(u + 256, r, c);
+        if (t == DTYPE_Q5_1) return u_h(u + 320, r) * (float)q + u_h(u + 352, r);
+        return (float)(q - 16) * u_h(u + 320, r);
+    }
+    case DTYPE_IQ4_NL: return (float)k_iq4nl[u_nib(u, r, c)] * u_h(u + 256, r);
+    case DTYPE_Q2_K: {
+        const int s = c / 32, cc = c % 32, sc = u[1024 + 16 * (c / 16) + r];
+        const float d1 = u_h(u + 1280, r) * (float)(sc & 15), m1 = u_h(u + 1312, r) * (float)(sc >> 4);
+        return d1 * (float)u_crumb(u + 128 * s, r, cc) - m1;
+    }
+    case DTYPE_Q3_K: {
+        const int s = c / 32, cc = c % 32;
+        const int q = u_crumb(u + 128 * s, r, cc) + 4 * u_hibit(u + 1024 + 64 * s, r, cc) - 4;
+        return u_h(u + 1792, r) * (float)(int8_t)u[1536 + 16 * (c / 16) + r] * (float)q;
+    }
+    case DTYPE_IQ4_XS: {
+        const int s = c / 32, cc = c % 32;
+        return u_h(u + 2176, r) * (float)(int8_t)u[2048 + 16 * s + r] * (float)k_iq4nl[u_nib(u + 256 * s, r, cc)];
     }
     case DTYPE_F16:
     case DTYPE_BF16: {
@@ -138,7 +174,8 @@ static void test_unpack(krng *r, enum dtype t) {
                     const float v = unpack_value(t, g + (size_t)(c / ucols) * ub, (int)(row % 16), (int)(c % ucols));
                     uint32_t bits;
                     memcpy(&bits, &v, 4);
-                    bad += bits != 0 && !(t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q6_K); /* -8*0, -128*0: -0/+0 */
+                    bad += bits != 0 && !(t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q6_K || t == DTYPE_Q3_K ||
+                                                  t == DTYPE_IQ4_XS || t == DTYPE_Q5_0 || t == DTYPE_IQ4_NL); /* 0 * (a negative code): -0 */
                     bad += v != 0.0f;
                 }
                 continue;
@@ -256,7 +293,7 @@ static void test_matmul(krng *r, struct pool *pool, enum dtype t, double tol, in
     if (!amx_only) {
         paths[np++] = KERN_PATH_REF;
         if (g_have_vnni) paths[np++] = KERN_PATH_VNNI;
-        if (g_have_avx2) paths[np++] = KERN_PATH_AVX2;
+        if (g_have_avx2 && (kern_isa_avx2_has_packed(t) || t == DTYPE_F16 || t == DTYPE_BF16)) paths[np++] = KERN_PATH_AVX2;
     }
     if (emu && g_have_vnni) paths[np++] = KERN_PATH_AMX_EMU;
     if (g_have_amx) paths[np++] = KERN_PATH_AMX;
@@ -477,7 +514,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
         if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
             ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the ref path differs from the auto path's bits",
                        dtype_get(t)->name, k, n, m);
-        if (g_have_avx2) { /* the AVX2 kernel, one call per chunk */
+        if (g_have_avx2 && kern_isa_avx2_has_packed(t)) { /* the AVX2 kernel, one call per chunk */
             kern_matmul_force_path(KERN_PATH_AVX2);
             kern_matmul_chunked_f64(pool, &wp, &xr, ch, nc, ydq, n);
             kern_matmul_force_path(KERN_PATH_AUTO);

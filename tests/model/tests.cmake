@@ -82,8 +82,8 @@ endif()
 # (every type's kernels are checked for the same property in tests/kernels/test_fast.c); on 2
 # ranks a packed, a K-quant and a block type. The block types are labelled slow (not in the
 # sanitizer build).
-set(NM_BATCH_TYPES f32 bf16 q8_0 q4_0 q4_k q6_k q5_0 iq4_xs iq2_xxs)
-set(NM_BATCH_TYPES_NP2 q4_0 q4_k iq2_xxs)
+set(NM_BATCH_TYPES f32 bf16 q8_0 q4_0 q4_k q6_k q5_0 q5_1 iq4_nl q2_k q3_k iq4_xs iq2_xxs)
+set(NM_BATCH_TYPES_NP2 q4_0 q4_k q2_k q5_0 iq2_xxs)
 add_executable(test_batch ${CMAKE_CURRENT_LIST_DIR}/test_batch.c)
 target_link_libraries(test_batch PRIVATE nm_synth_model)
 foreach(preset tiny-llama tiny-qwen2 tiny-qwen3moe)
