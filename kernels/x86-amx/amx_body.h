@@ -23,8 +23,9 @@
  *     the same order as the VNNI kernel, x86-avx512/packed.c, so the same bits); A and B rotate
  *     over two tiles each and C over four, the store one block and the f32 step two blocks
  *     behind the product (amx_i8_dot).
- * Q6_K's two 16-column scale groups per block use two half tiles (K = 16) with their own C
- * tiles; its integer combination (two vpmulld) happens in the f32 step, as in the VNNI kernel.
+ * Q6_K's, Q3_K's and Q2_K's two 16-column scale groups per block use two half tiles (K = 16) with
+ * their own C tiles; their integer combination (two vpmulld; Q2_K's mins two more, from the
+ * activation tile's first-16 sums) happens in the f32 step, as in the VNNI kernel.
  *
  * BF16 (F16/BF16 weights, and every type with pk_args.bf16_tiles): see "bf16 tiles" below.
  *
@@ -35,6 +36,7 @@
 
 #include "../base.h"
 #include "../blocks/block.h"
+#include "../blocks/iq4_nl.h"
 #include "../matmul_internal.h"
 #include "../quant.h"
 #include "../x86-avx512/simd.h"
@@ -66,10 +68,8 @@ static void *amx_scratch(size_t bytes) { return nm_thread_buf(NM_TBUF_KERNEL, by
  *   Q2_K:       sc = d, s0, s1, m0, m1 (int32: the 4-bit scales and mins of the two groups), dmin
  *   IQ4_XS:     sc = d * ls_s (f32)
  *   Q5_0, IQ4_NL: sc = d; Q5_1: sc = d, mn = m (as Q4_0 and Q4_1)
- * Signed codes (Q4_0: q - 8, Q5_0: q - 16, Q8_0: q, Q6_K: q - 32, Q3_K: q - 4, IQ4_NL and IQ4_XS: the
- * iq4nl value; the
- * others as they are) make TDPBSSD's
- * int32 equal to the VNNI kernel's integer sum including its offset term, so no per-row offset
+ * Signed codes (Q4_0: q - 8, Q5_0: q - 16, Q8_0: q, Q6_K: q - 32, Q3_K: q - 4, IQ4_NL and IQ4_XS:
+ * the iq4nl value; the others as they are) make TDPBSSD's int32 equal to the VNNI kernel's integer sum including its offset term, so no per-row offset
  * correction is left for the f32 step. */
 #define AMX_PANEL_B 512
 /* Bytes of row-group panels unpacked at once, and the K of a slab (in 32-column blocks): the
@@ -219,8 +219,8 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
     }
     case DTYPE_IQ4_NL:
     case DTYPE_IQ4_XS: {
-        const __m512i lut = _mm512_broadcast_i32x4(
-            _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113));
+        /* the 16 iq4nl values, index i in byte i (iq4_nl.h's constants) */
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO));
         const int xs = t == DTYPE_IQ4_XS;
         const uint8_t *p = u + 256 * s;
         NM_UNROLL for (int j = 0; j < 4; j++) {

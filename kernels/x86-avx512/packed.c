@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../packed.h"
+#include "../blocks/iq4_nl.h"
 #include "avx512.h"
 #include "simd.h"
 
@@ -95,11 +96,11 @@ NM_INLINE void crumb_codes(const uint8_t *p, const uint8_t *hi, __m512i q[8]) {
     }
 }
 
-/* The iq4nl values + 128 (1..241) by index: vpdpbusd's unsigned operand; the kernels subtract
- * 128 times the activations' sum. */
+/* The iq4nl values + 128 (1..241) by index (iq4_nl.h's constants, the sign bit flipped):
+ * vpdpbusd's unsigned operand; the kernels subtract 128 times the activations' sum. */
 NM_INLINE __m512i iq4_lut(void) {
-    return _mm512_broadcast_i32x4(_mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, (char)129, (char)141, (char)153,
-                                                (char)166, (char)181, (char)197, (char)217, (char)241));
+    return _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO)),
+                            _mm512_set1_epi8((char)0x80));
 }
 
 /* Codes of an IQ4_XS nibble sub-block as iq4nl value + 128. */
