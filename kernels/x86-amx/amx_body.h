@@ -36,9 +36,9 @@
 
 #include "../base.h"
 #include "../blocks/block.h"
-#include "../blocks/iq4_nl.h"
 #include "../matmul_internal.h"
 #include "../quant.h"
+#include "../x86-avx512/pk_units.h"
 #include "../x86-avx512/simd.h"
 
 struct amx_tilecfg {
@@ -96,6 +96,18 @@ static inline bool amx_halves(enum dtype t) { return t == DTYPE_Q6_K || t == DTY
 static inline __m512 amx_h16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 static inline __m512 amx_u8f(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* The panel vectors of a Q6_K, Q3_K or Q2_K sub-block: d, the two halves' integer scales and
+ * Q2_K's two integer mins (pk_k_scales), at prm + 0, 16, 32 (, 48, 64). */
+NM_INLINE void amx_store_k(const enum dtype t, const uint8_t *u, int s, __m512 d, float *prm) {
+    const struct pk_k_scales k = pk_k_scales(t, u, s);
+    _mm512_store_ps(prm, d);
+    _mm512_store_si512(prm + 16, k.sc[0]);
+    _mm512_store_si512(prm + 32, k.sc[1]);
+    if (t != DTYPE_Q2_K) return;
+    _mm512_store_si512(prm + 48, k.mn[0]);
+    _mm512_store_si512(prm + 64, k.mn[1]);
 }
 
 /* Sub-block s of unit u (type t) into the panel entry at dst (PANEL_B + 64 * amx_np(t) bytes). */
@@ -156,43 +168,18 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
             _mm512_store_si512(dst + 128 * j, _mm512_sub_epi8(lo, c32));
             _mm512_store_si512(dst + 128 * j + 64, _mm512_sub_epi8(hi, c32));
         }
-        _mm512_store_ps(prm, amx_h16(u + PK_K6_D));
-        _mm512_store_si512(prm + 16, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s))));
-        _mm512_store_si512(prm + 32,
-                           _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16))));
+        amx_store_k(t, u, s, amx_h16(u + PK_K6_D), prm);
         break;
     }
     case DTYPE_Q2_K:
     case DTYPE_Q3_K: {
         const int three = t == DTYPE_Q3_K;
-        const uint8_t *cr = u + PK_K2_SUB * s, *hi = three ? u + PK_K3_HI + 64 * s : NULL;
-        NM_UNROLL for (int l = 0; l < 2; l++) {
-            const __m512i v = _mm512_loadu_si512(cr + 64 * l);
-            NM_UNROLL for (int j = 0; j < 4; j++) {
-                __m512i q = _mm512_and_si512(j ? _mm512_srli_epi16(v, 2 * j) : v, _mm512_set1_epi8(3));
-                if (three) {
-                    uint64_t k;
-                    memcpy(&k, hi + 8 * (4 * l + j), 8);
-                    q = _mm512_sub_epi8(_mm512_mask_add_epi8(q, (__mmask64)k, q, _mm512_set1_epi8(4)), _mm512_set1_epi8(4));
-                }
-                _mm512_store_si512(dst + 64 * (4 * l + j), q);
-            }
-        }
-        if (three) {
-            _mm512_store_ps(prm, amx_h16(u + PK_K3_D));
-            _mm512_store_si512(prm + 16, _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s))));
-            _mm512_store_si512(prm + 32,
-                               _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s + 16))));
-        } else {
-            const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s)));
-            const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s + 16)));
-            _mm512_store_ps(prm, amx_h16(u + PK_K2_D));
-            _mm512_store_si512(prm + 16, _mm512_and_si512(b0, _mm512_set1_epi32(15)));
-            _mm512_store_si512(prm + 32, _mm512_and_si512(b1, _mm512_set1_epi32(15)));
-            _mm512_store_si512(prm + 48, _mm512_srli_epi32(b0, 4));
-            _mm512_store_si512(prm + 64, _mm512_srli_epi32(b1, 4));
-            _mm512_store_ps(prm + 80, amx_h16(u + PK_K2_DMIN));
-        }
+        __m512i q[8];
+        pk_crumb_codes(u + PK_K2_SUB * s, three ? u + PK_K3_HI + 64 * s : NULL, q);
+        NM_UNROLL for (int i = 0; i < 8; i++)
+            _mm512_store_si512(dst + 64 * i, three ? _mm512_sub_epi8(q[i], _mm512_set1_epi8(4)) : q[i]);
+        amx_store_k(t, u, s, amx_h16(u + (three ? PK_K3_D : PK_K2_D)), prm);
+        if (!three) _mm512_store_ps(prm + 80, amx_h16(u + PK_K2_DMIN));
         break;
     }
     case DTYPE_Q5_0:
@@ -219,8 +206,7 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
     }
     case DTYPE_IQ4_NL:
     case DTYPE_IQ4_XS: {
-        /* the 16 iq4nl values, index i in byte i (iq4_nl.h's constants) */
-        const __m512i lut = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO));
+        const __m512i lut = pk_iq4_values();
         const int xs = t == DTYPE_IQ4_XS;
         const uint8_t *p = u + 256 * s;
         NM_UNROLL for (int j = 0; j < 4; j++) {
@@ -229,12 +215,7 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
             _mm512_store_si512(dst + 128 * j + 64,
                                _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
         }
-        if (xs)
-            _mm512_store_ps(prm, _mm512_mul_ps(amx_h16(u + PK_XS_D),
-                                               _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                   _mm_loadu_si128((const __m128i *)(u + PK_XS_LS + 16 * s))))));
-        else
-            _mm512_store_ps(prm, amx_h16(u + PK_NL_D));
+        _mm512_store_ps(prm, xs ? pk_xs_scale(u, s) : amx_h16(u + PK_NL_D));
         break;
     }
     default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
@@ -273,17 +254,13 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
         case DTYPE_Q6_K:
         case DTYPE_Q3_K:
         case DTYPE_Q2_K: {
-            const __m512i s = _mm512_add_epi32(_mm512_mullo_epi32(ci, _mm512_load_si512(prm + 16)),
-                                               _mm512_mullo_epi32(_mm512_load_si512(c1 + 16 * r),
-                                                                  _mm512_load_si512(prm + 32)));
-            const __m512 adr = _mm512_set1_ps(ad[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(sc, adr), acc[r]);
-            if (t == DTYPE_Q2_K) {
-                const __m512i mins = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_load_si512(prm + 48), _mm512_set1_epi32(al[r])),
-                                                      _mm512_mullo_epi32(_mm512_load_si512(prm + 64),
-                                                                         _mm512_set1_epi32(ai[r] - al[r])));
-                acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(_mm512_load_ps(prm + 80), adr), acc[r]);
-            }
+            const bool mins = t == DTYPE_Q2_K;
+            const struct pk_k_scales k = {
+                .sc = {_mm512_load_si512(prm + 16), _mm512_load_si512(prm + 32)},
+                .mn = {mins ? _mm512_load_si512(prm + 48) : _mm512_setzero_si512(),
+                       mins ? _mm512_load_si512(prm + 64) : _mm512_setzero_si512()}};
+            acc[r] = pk_k_step(&k, mins, ci, _mm512_load_si512(c1 + 16 * r), sc, mins ? _mm512_load_ps(prm + 80) : sc, ad[r],
+                               ai[r], al[r], acc[r]);
             break;
         }
         default: break;
@@ -596,33 +573,17 @@ NM_INLINE void amx_i8(const enum dtype t, const struct pk_args *a) {
     }
 }
 
-static void amx_i8_q4_0(const struct pk_args *a) { amx_i8(DTYPE_Q4_0, a); }
-static void amx_i8_q4_1(const struct pk_args *a) { amx_i8(DTYPE_Q4_1, a); }
-static void amx_i8_q8_0(const struct pk_args *a) { amx_i8(DTYPE_Q8_0, a); }
-static void amx_i8_q4_k(const struct pk_args *a) { amx_i8(DTYPE_Q4_K, a); }
-static void amx_i8_q5_k(const struct pk_args *a) { amx_i8(DTYPE_Q5_K, a); }
-static void amx_i8_q6_k(const struct pk_args *a) { amx_i8(DTYPE_Q6_K, a); }
-static void amx_i8_q2_k(const struct pk_args *a) { amx_i8(DTYPE_Q2_K, a); }
-static void amx_i8_q3_k(const struct pk_args *a) { amx_i8(DTYPE_Q3_K, a); }
-static void amx_i8_iq4_xs(const struct pk_args *a) { amx_i8(DTYPE_IQ4_XS, a); }
-static void amx_i8_q5_0(const struct pk_args *a) { amx_i8(DTYPE_Q5_0, a); }
-static void amx_i8_q5_1(const struct pk_args *a) { amx_i8(DTYPE_Q5_1, a); }
-static void amx_i8_iq4_nl(const struct pk_args *a) { amx_i8(DTYPE_IQ4_NL, a); }
+/* One function per type, each its own instance of amx_i8 (the type a constant inside it). */
+#define AMX_I8_TYPES(X) X(Q4_0) X(Q4_1) X(Q8_0) X(Q4_K) X(Q5_K) X(Q6_K) X(Q2_K) X(Q3_K) X(IQ4_XS) X(Q5_0) X(Q5_1) X(IQ4_NL)
+#define AMX_I8_INST(T) \
+    static void amx_i8_##T(const struct pk_args *a) { amx_i8(DTYPE_##T, a); }
+AMX_I8_TYPES(AMX_I8_INST)
+#define AMX_I8_CASE(T) \
+    case DTYPE_##T: amx_i8_##T(a); break;
 
 static void AMX_FN_INT8(const struct pk_args *a) {
     switch (a->type) {
-    case DTYPE_Q4_0: amx_i8_q4_0(a); break;
-    case DTYPE_Q4_1: amx_i8_q4_1(a); break;
-    case DTYPE_Q8_0: amx_i8_q8_0(a); break;
-    case DTYPE_Q4_K: amx_i8_q4_k(a); break;
-    case DTYPE_Q5_K: amx_i8_q5_k(a); break;
-    case DTYPE_Q6_K: amx_i8_q6_k(a); break;
-    case DTYPE_Q2_K: amx_i8_q2_k(a); break;
-    case DTYPE_Q3_K: amx_i8_q3_k(a); break;
-    case DTYPE_IQ4_XS: amx_i8_iq4_xs(a); break;
-    case DTYPE_Q5_0: amx_i8_q5_0(a); break;
-    case DTYPE_Q5_1: amx_i8_q5_1(a); break;
-    case DTYPE_IQ4_NL: amx_i8_iq4_nl(a); break;
+        AMX_I8_TYPES(AMX_I8_CASE)
     default: nm_bug(__FILE__, __LINE__, "AMX int8 kernel: type without a packed layout");
     }
 }

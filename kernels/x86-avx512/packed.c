@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "../packed.h"
-#include "../blocks/iq4_nl.h"
 #include "avx512.h"
+#include "pk_units.h"
 #include "simd.h"
 
 /* Software prefetch distance (bytes ahead in each group stream, 0 = none), from NM_PK_PREFETCH
@@ -79,29 +79,9 @@ NM_INLINE void nib_codes(const uint8_t *p, __m512i q[8]) {
     }
 }
 
-/* Codes of a crumb sub-block (Q2_K; Q3_K with its third bits at hi: 8 masks): line L = 0, 1 gives
- * quads 4L + j at bits 2j. */
-NM_INLINE void crumb_codes(const uint8_t *p, const uint8_t *hi, __m512i q[8]) {
-    const __m512i m3 = _mm512_set1_epi8(3);
-    NM_UNROLL for (int l = 0; l < 2; l++) {
-        const __m512i v = _mm512_loadu_si512(p + 64 * l);
-        NM_UNROLL for (int j = 0; j < 4; j++) {
-            q[4 * l + j] = _mm512_and_si512(j ? _mm512_srli_epi16(v, 2 * j) : v, m3);
-            if (hi) {
-                uint64_t k;
-                memcpy(&k, hi + 8 * (4 * l + j), 8);
-                q[4 * l + j] = _mm512_mask_add_epi8(q[4 * l + j], (__mmask64)k, q[4 * l + j], _mm512_set1_epi8(4));
-            }
-        }
-    }
-}
-
-/* The iq4nl values + 128 (1..241) by index (iq4_nl.h's constants, the sign bit flipped):
- * vpdpbusd's unsigned operand; the kernels subtract 128 times the activations' sum. */
-NM_INLINE __m512i iq4_lut(void) {
-    return _mm512_xor_si512(_mm512_broadcast_i32x4(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO)),
-                            _mm512_set1_epi8((char)0x80));
-}
+/* The iq4nl values + 128 (1..241) by index, the sign bit flipped: vpdpbusd's unsigned operand;
+ * the kernels subtract 128 times the activations' sum. */
+NM_INLINE __m512i iq4_lut(void) { return _mm512_xor_si512(pk_iq4_values(), _mm512_set1_epi8((char)0x80)); }
 
 /* Codes of an IQ4_XS nibble sub-block as iq4nl value + 128. */
 NM_INLINE void iq4_codes(const uint8_t *p, __m512i q[8]) {
@@ -205,15 +185,13 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const u
                 q[2 * j + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
                                                _mm512_slli_epi16(_mm512_and_si512(h, mc), 2));
             }
-            const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s)));
-            const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K6_SC + 32 * s + 16)));
+            const struct pk_k_scales k = pk_k_scales(t, u, s);
             NM_UNROLL for (int c = 0; c < C; c++) {
                 const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
                 const int32_t lo = lo16_sum(a);
                 const __m512i g0 = dots(q, a, 0, 4, _mm512_set1_epi32(-32 * lo));
                 const __m512i g1 = dots(q, a, 4, 8, _mm512_set1_epi32(-32 * (a->isum - lo)));
-                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0, sc0), _mm512_mullo_epi32(g1, sc1));
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, _mm512_set1_ps(a->d)), acc[c]);
+                acc[c] = pk_k_step(&k, false, g0, g1, d, d, a->d, a->isum, lo, acc[c]);
             }
         }
         break;
@@ -224,40 +202,22 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const uint8_t *u, const u
         const __m512 d = h16x16(u + (three ? PK_K3_D : PK_K2_D));
         const __m512 dmin = three ? d : h16x16(u + PK_K2_DMIN);
         for (int s = 0; s < 8; s++) {
-            crumb_codes(u + PK_K2_SUB * s, three ? u + PK_K3_HI + 64 * s : NULL, q);
-            __m512i sc0, sc1, mn0 = _mm512_setzero_si512(), mn1 = mn0;
-            if (three) {
-                sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s)));
-                sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K3_SC + 32 * s + 16)));
-            } else {
-                const __m512i b0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s)));
-                const __m512i b1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_K2_SC + 32 * s + 16)));
-                sc0 = _mm512_and_si512(b0, _mm512_set1_epi32(15)), mn0 = _mm512_srli_epi32(b0, 4);
-                sc1 = _mm512_and_si512(b1, _mm512_set1_epi32(15)), mn1 = _mm512_srli_epi32(b1, 4);
-            }
+            pk_crumb_codes(u + PK_K2_SUB * s, three ? u + PK_K3_HI + 64 * s : NULL, q);
+            const struct pk_k_scales k = pk_k_scales(t, u, s);
             NM_UNROLL for (int c = 0; c < C; c++) {
                 const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
                 const int32_t lo = lo16_sum(a);
                 const __m512i g0 = dots(q, a, 0, 4, _mm512_set1_epi32(three ? -4 * lo : 0));
                 const __m512i g1 = dots(q, a, 4, 8, _mm512_set1_epi32(three ? -4 * (a->isum - lo) : 0));
-                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0, sc0), _mm512_mullo_epi32(g1, sc1));
-                const __m512 ad = _mm512_set1_ps(a->d);
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d, ad), acc[c]);
-                if (!three) {
-                    const __m512i mins = _mm512_add_epi32(_mm512_mullo_epi32(mn0, _mm512_set1_epi32(lo)),
-                                                          _mm512_mullo_epi32(mn1, _mm512_set1_epi32(a->isum - lo)));
-                    acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, ad), acc[c]);
-                }
+                acc[c] = pk_k_step(&k, !three, g0, g1, d, dmin, a->d, a->isum, lo, acc[c]);
             }
         }
         break;
     }
     case DTYPE_IQ4_XS: {
-        const __m512 d = h16x16(u + PK_XS_D);
         for (int s = 0; s < 8; s++) {
             iq4_codes(u + 256 * s, q);
-            const __m512 sc = _mm512_mul_ps(
-                d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u + PK_XS_LS + 16 * s)))));
+            const __m512 sc = pk_xs_scale(u, s);
             NM_UNROLL for (int c = 0; c < C; c++) {
                 const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
                 const __m512i sum = dots(q, a, 0, 8, _mm512_set1_epi32(-128 * a->isum));
@@ -550,13 +510,9 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
                     }
                 }
             }
-            const __m512 ad = _mm512_set1_ps(as->d);
             NM_UNROLL for (int g = 0; g < G; g++) {
-                const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K6_SC + 32 * s)));
-                const __m512i sc1 =
-                    _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K6_SC + 32 * s + 16)));
-                const __m512i sum = _mm512_add_epi32(_mm512_mullo_epi32(g0[g], sc0), _mm512_mullo_epi32(g1[g], sc1));
-                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[g], ad), acc[g]);
+                const struct pk_k_scales k = pk_k_scales(t, u[g], s);
+                acc[g] = pk_k_step(&k, false, g0[g], g1[g], d[g], d[g], as->d, as->isum, lo, acc[g]);
             }
         }
         break;
@@ -597,34 +553,14 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
                     gs[l][g] = acc_i;
                 }
             }
-            const __m512 ad = _mm512_set1_ps(as->d);
             NM_UNROLL for (int g = 0; g < G; g++) {
-                __m512i sc0, sc1;
-                if (three) {
-                    sc0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K3_SC + 32 * s)));
-                    sc1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K3_SC + 32 * s + 16)));
-                } else {
-                    sc0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K2_SC + 32 * s)));
-                    sc1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_K2_SC + 32 * s + 16)));
-                }
-                const __m512i m15 = _mm512_set1_epi32(15);
-                const __m512i sum = three ? _mm512_add_epi32(_mm512_mullo_epi32(gs[0][g], sc0), _mm512_mullo_epi32(gs[1][g], sc1))
-                                          : _mm512_add_epi32(_mm512_mullo_epi32(gs[0][g], _mm512_and_si512(sc0, m15)),
-                                                             _mm512_mullo_epi32(gs[1][g], _mm512_and_si512(sc1, m15)));
-                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(d[g], ad), acc[g]);
-                if (!three) {
-                    const __m512i mins =
-                        _mm512_add_epi32(_mm512_mullo_epi32(_mm512_srli_epi32(sc0, 4), _mm512_set1_epi32(lo)),
-                                         _mm512_mullo_epi32(_mm512_srli_epi32(sc1, 4), _mm512_set1_epi32(as->isum - lo)));
-                    acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin[g], ad), acc[g]);
-                }
+                const struct pk_k_scales k = pk_k_scales(t, u[g], s);
+                acc[g] = pk_k_step(&k, !three, gs[0][g], gs[1][g], d[g], dmin[g], as->d, as->isum, lo, acc[g]);
             }
         }
         break;
     }
     case DTYPE_IQ4_XS: {
-        __m512 d[GEMV_STREAMS];
-        NM_UNROLL for (int g = 0; g < G; g++) d[g] = h16x16(u[g] + PK_XS_D);
         for (int s = 0; s < 8; s++) {
             if (pf > 0)
                 NM_UNROLL for (int g = 0; g < G; g++) pf_lines(u[g] + pf + ub * s / 8, u[g] + pf + ub * (s + 1) / 8);
@@ -632,11 +568,8 @@ NM_INLINE void gemv_unit_q(const enum dtype t, const int G, const uint8_t *const
             __m512i sum[GEMV_STREAMS];
             gemv_nib(G, NIB_LUT, u, 256 * (size_t)s, NULL, as, _mm512_set1_epi32(-128 * as->isum), sum);
             const __m512 ad = _mm512_set1_ps(as->d);
-            NM_UNROLL for (int g = 0; g < G; g++) {
-                const __m512 sc = _mm512_mul_ps(
-                    d[g], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(u[g] + PK_XS_LS + 16 * s)))));
-                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[g]), _mm512_mul_ps(sc, ad), acc[g]);
-            }
+            NM_UNROLL for (int g = 0; g < G; g++)
+                acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[g]), _mm512_mul_ps(pk_xs_scale(u[g], s), ad), acc[g]);
         }
         break;
     }
