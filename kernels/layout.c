@@ -41,7 +41,6 @@ static const struct plan_entry k_quant_list[] = {
      "AMX tiles (prompt: BF16 for one sequence, INT8 batched) + AVX-512 VNNI (decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX512, "AVX-512 VNNI tiles (prompt and decode)"},
     {WEIGHT_LAYOUT_Q_TILE16, NEED_AVX2_PACKED, "AVX2 tiles, vpmaddubsw (prompt and decode)"},
-    {WEIGHT_LAYOUT_ROWS, NEED_AVX2_BLOCKS, "AVX2 on the GGUF blocks (prompt and decode)"}, /* the block types */
     {WEIGHT_LAYOUT_ROWS, NEED_NONE, "plain C"},
 };
 /* Types without a packed layout (the IQ grid types: IQ2_*, IQ3_*, IQ1_*): their GGUF blocks as

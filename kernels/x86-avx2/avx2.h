@@ -13,7 +13,7 @@
 /* Overwrite the slots of t that have an AVX2 kernel (t starts as a copy of the ref table). */
 void kern_isa_avx2_fill(struct kern_isa *t);
 
-void avx2_fill_packed(struct kern_isa *t); /* pk_gemm (the packed types but the block types): packed.c */
+void avx2_fill_packed(struct kern_isa *t); /* pk_gemm (every packed type): packed.c */
 void avx2_fill_attn(struct kern_isa *t);   /* attention (decode and prompt): attn.c */
 void avx2_fill_blocks(struct kern_isa *t); /* vec_dot, gemm of the block decoder types: blocks.c */
 void avx2_fill_act(struct kern_isa *t);    /* quantize_act_q8x: act.c */

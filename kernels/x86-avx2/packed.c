@@ -7,11 +7,14 @@
  * x s8 activation, pairs summed to int16) then vpmaddwd with ones (int16 pairs to int32 lanes).
  * Exactness of the int16 step: activations lie in [-127, 127], so a pair sum is at most
  * 2 x max_code x 127, and the kernel adds in int16 only as many of them as stay below 2^15:
- * 8 quads of 4-bit codes (30480), 4 of 5-bit codes (31496), 2 of 6-bit codes (32004). Q8_0's
- * 8-bit codes take the sign trick (|code - 128| as the u8 operand, the activation with the
- * code's sign as the s8 one: at most 2 x 128 x 127). Every integer sum is therefore exact, the
- * same int32 as pk_gemm_ref's, and the f32 steps per block (sub-block) and row are those of
- * pk_gemm_ref in its order: the three packed kernels give the same bits.
+ * 8 quads of 4-bit codes (30480), 4 of 5-bit codes (Q5_0, Q5_1, Q5_K: 31496), 4 of Q2_K's 2-bit
+ * or Q3_K's 3-bit codes (one 16-column scale group: 7112), 2 of 6-bit codes (32004). Q8_0's
+ * 8-bit codes and the iq4nl values of IQ4_NL/IQ4_XS (-127..113) take the sign trick (|code| as
+ * the u8 operand, the activation with the code's sign as the s8 one: at most 2 x 128 x 127),
+ * one quad per int32 step. The K-quants' 6-bit (Q3_K) and 4-bit (Q2_K) group scales multiply the
+ * int16 sums in vpmaddwd, Q2_K's mins the activations' 16-column sums. Every integer sum is
+ * therefore exact, the same int32 as pk_gemm_ref's, and the f32 steps per block (sub-block) and
+ * row are those of pk_gemm_ref in its order: the packed kernels give the same bits.
  *
  * F16/BF16 pairs: exact widening to f32 (vcvtph2ps; a 16-bit shift or mask for bf16), f32 FMA
  * with the f32 activations, each row's even and odd columns in two chains summed at the end,
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "../base.h"
+#include "../blocks/iq4_nl.h"
 #include "../packed.h"
 #include "../quant.h"
 #include "avx2.h"
@@ -66,13 +70,123 @@ NM_INLINE void nib_half(const uint8_t *p, int h, __m256i q[8]) {
     }
 }
 
-/* 0x10 in byte i where bit i of m is set (Q5_K's fifth bits of one quad, 8 rows). */
-NM_INLINE __m256i bits_0x10(uint32_t m) {
+/* The high-bit mask of one quad's line half (8 rows x 4 columns: bit 4 r + i), as a u32. */
+NM_INLINE uint32_t hi32(const uint8_t *p) {
+    uint32_t m;
+    memcpy(&m, p, 4);
+    return m;
+}
+
+/* v in byte i where bit i of m is set, else 0 (Q5_0/Q5_1/Q5_K's fifth bits, v = 0x10; Q3_K's
+ * third, v = 4; one quad, 8 rows). */
+NM_INLINE __m256i bits_val(uint32_t m, char v) {
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                                             3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread), bit);
-    return _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+    return _mm256_andnot_si256(_mm256_cmpeq_epi8(b, _mm256_setzero_si256()), _mm256_set1_epi8(v));
+}
+
+/* Codes of half h of a crumb sub-block at p (Q2_K; Q3_K's low 2 bits): line L gives quads
+ * 4L + j at bits 2j. */
+NM_INLINE void crumb_half(const uint8_t *p, int h, __m256i q[8]) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    NM_UNROLL for (int l = 0; l < 2; l++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * l + 32 * h));
+        NM_UNROLL for (int j = 0; j < 4; j++) q[4 * l + j] = _mm256_and_si256(j ? _mm256_srli_epi16(v, 2 * j) : v, m3);
+    }
+}
+
+/* The 16 iq4nl values by index in both 128-bit lanes (iq4_nl.h's constants). */
+NM_INLINE __m256i iq4_lut(void) {
+    return _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO));
+}
+
+/* int32 lanes: the dot product of 8 quads of signed values v (-127..127) with activation block
+ * a. vpmaddubsw takes |v| and the activation with v's sign (a pair sums to at most 2 x 127 x
+ * 127, so each quad goes to int32 on its own). */
+NM_INLINE __m256i dot_signed(const __m256i *v, const block_q8x *a) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    NM_UNROLL for (int i = 0; i < 8; i++) {
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(v[i]), _mm256_sign_epi8(bq(a, i), v[i]));
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ones));
+    }
+    return s;
+}
+
+/* The sum of the first 16 activation codes of a block (the Q2_K mins' and the K-quant code
+ * offsets' 16-column halves). */
+NM_INLINE int32_t lo16(const block_q8x *a) {
+    const __m128i v = _mm_xor_si128(_mm_loadu_si128((const __m128i *)a->qs), _mm_set1_epi8((char)0x80));
+    const __m128i s = _mm_sad_epu8(v, _mm_setzero_si128()); /* two sums of 8 codes + 128 */
+    return _mm_cvtsi128_si32(s) + _mm_extract_epi16(s, 4) - 16 * 128;
+}
+
+NM_INLINE __m256i set_pair16(int32_t lo, int32_t hi) {
+    return _mm256_set1_epi32((int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFF)));
+}
+
+/* Halves [H0, H1) of one Q2_K or Q3_K unit u against C activation rows (as unit_q; acc[h][c]),
+ * the halves inside the sub-block loop so that each activation block's sums serve both. Per
+ * sub-block and half: the int16 sums of quads 0-3 and 4-7 (2-bit codes, or 3-bit with Q3_K's
+ * third bits: at most 4 x 2 x 7 x 127) times the halves' integer scales by vpmaddwd (exact),
+ * then pk_gemm_ref's f32 step(s). */
+NM_INLINE void unit_k23(const enum dtype t, const int C, const int H0, const int H1, const uint8_t *u,
+                        const uint8_t *act, size_t as, int64_t blk0, __m256 acc[2][GEMM_C]) {
+    const int three = t == DTYPE_Q3_K;
+    __m256 d[2], dmin[2];
+    NM_UNROLL for (int h = H0; h < H1; h++) {
+        d[h] = h16x8(u + (three ? PK_K3_D : PK_K2_D) + 16 * h);
+        dmin[h] = three ? d[h] : h16x8(u + PK_K2_DMIN + 16 * h);
+    }
+    /* int16 pair (x, x) from the low int16 of each dword pair (x, y), and (y, y) */
+    const __m256i dup_lo = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9,
+                                            8, 9, 12, 13, 12, 13);
+    const __m256i dup_hi = _mm256_add_epi8(dup_lo, _mm256_set1_epi8(2));
+    for (int s = 0; s < 8; s++) {
+        __m256i lo_pair[GEMM_C]; /* Q2_K: (lo, isum - lo); Q3_K: -4 x that (the codes' offset) */
+        __m256 ad[GEMM_C];
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+            const int32_t lo = lo16(a), f = three ? -4 : 1;
+            lo_pair[c] = set_pair16(f * lo, f * (a->isum - lo));
+            ad[c] = _mm256_set1_ps(a->d);
+        }
+        NM_UNROLL for (int h = H0; h < H1; h++) {
+            __m256i q[8];
+            crumb_half(u + PK_K2_SUB * s, h, q);
+            /* the 8 rows' scale bytes of the two 16-column groups as int16 pairs (g0, g1) per row */
+            const __m128i b = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(u + (three ? PK_K3_SC : PK_K2_SC) + 32 * s + 8 * h)),
+                                                _mm_loadl_epi64((const __m128i *)(u + (three ? PK_K3_SC : PK_K2_SC) + 32 * s + 16 + 8 * h)));
+            __m256i sc, off; /* sc: the scales (sc0, sc1); off: Q2_K's mins (mn0, mn1), Q3_K's scales again */
+            if (three) {
+                NM_UNROLL for (int i = 0; i < 8; i++)
+                    q[i] = _mm256_or_si256(q[i], bits_val(hi32(u + PK_K3_HI + 64 * s + 8 * i + 4 * h), 4));
+                sc = off = _mm256_cvtepi8_epi16(b);
+            } else {
+                const __m256i w = _mm256_cvtepu8_epi16(b);
+                sc = _mm256_and_si256(w, _mm256_set1_epi16(15));
+                off = _mm256_srli_epi16(w, 4);
+            }
+            const __m256i sc0 = _mm256_shuffle_epi8(sc, dup_lo), sc1 = _mm256_shuffle_epi8(sc, dup_hi);
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                __m256i s0 = _mm256_maddubs_epi16(q[0], bq(a, 0)), s1 = _mm256_maddubs_epi16(q[4], bq(a, 4));
+                NM_UNROLL for (int i = 1; i < 4; i++) {
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q[i], bq(a, i)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q[4 + i], bq(a, 4 + i)));
+                }
+                __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(s0, sc0), _mm256_madd_epi16(s1, sc1));
+                if (three) /* - 4 (lo sc0 + (isum - lo) sc1) */
+                    sum = _mm256_add_epi32(sum, _mm256_madd_epi16(off, lo_pair[c]));
+                acc[h][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d[h], ad[c]), acc[h][c]);
+                if (!three) /* the mins: mn0 lo + mn1 (isum - lo) */
+                    acc[h][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(off, lo_pair[c])),
+                                                 _mm256_mul_ps(dmin[h], ad[c]), acc[h][c]);
+            }
+        }
+    }
 }
 
 /* Half h of one quantized unit u against C activation rows (row c's blocks at act + c * as,
@@ -119,11 +233,8 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
         for (int s = 0; s < 8; s++) {
             nib_half(u + 256 * s, h, q);
             if (five) {
-                NM_UNROLL for (int i = 0; i < 8; i++) {
-                    uint32_t mk;
-                    memcpy(&mk, u + PK_K5_HI + 64 * s + 8 * i + 4 * h, 4);
-                    q[i] = _mm256_or_si256(q[i], bits_0x10(mk));
-                }
+                NM_UNROLL for (int i = 0; i < 8; i++)
+                    q[i] = _mm256_or_si256(q[i], bits_val(hi32(u + PK_K5_HI + 64 * s + 8 * i + 4 * h), 0x10));
             }
             const __m256 sc = _mm256_mul_ps(u8x8(u + (five ? PK_K5_SC : PK_K4_SC) + 16 * s + 8 * h), d);
             const __m256 mn = _mm256_mul_ps(u8x8(u + (five ? PK_K5_MN : PK_K4_MN) + 16 * s + 8 * h), dmin);
@@ -152,14 +263,56 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
             const __m256i sc0 = s8x8(u + PK_K6_SC + 32 * s + 8 * h), sc1 = s8x8(u + PK_K6_SC + 32 * s + 16 + 8 * h);
             NM_UNROLL for (int c = 0; c < C; c++) {
                 const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
-                int32_t lo = 0;
-                for (int i = 0; i < 16; i++) lo += a->qs[i];
+                const int32_t lo = lo16(a);
                 const __m256i g0 = _mm256_add_epi32(_mm256_set1_epi32(-32 * lo),
                                                     _mm256_add_epi32(dot16(q, a, 0, 2), dot16(q, a, 2, 4)));
                 const __m256i g1 = _mm256_add_epi32(_mm256_set1_epi32(-32 * (a->isum - lo)),
                                                     _mm256_add_epi32(dot16(q, a, 4, 6), dot16(q, a, 6, 8)));
                 const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(g0, sc0), _mm256_mullo_epi32(g1, sc1));
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[c]);
+            }
+        }
+        break;
+    }
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+    case DTYPE_IQ4_NL: { /* 5-bit codes (4 quads per int16 sum), or iq4nl values (signed) */
+        const int nl = t == DTYPE_IQ4_NL;
+        nib_half(u, h, q);
+        if (nl) {
+            const __m256i lut = iq4_lut();
+            NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
+        } else {
+            NM_UNROLL for (int i = 0; i < 8; i++)
+                q[i] = _mm256_or_si256(q[i], bits_val(hi32(u + PK_Q5_HI + 8 * i + 4 * h), 0x10));
+        }
+        const __m256 dw = h16x8(u + (nl ? PK_NL_D : PK_Q5_D) + 16 * h);
+        NM_UNROLL for (int c = 0; c < C; c++) {
+            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
+            __m256i s;
+            if (nl) {
+                s = dot_signed(q, a);
+            } else {
+                s = _mm256_add_epi32(dot16(q, a, 0, 4), dot16(q, a, 4, 8));
+                if (t == DTYPE_Q5_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-16 * a->isum));
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
+            if (t == DTYPE_Q5_1)
+                acc[c] = _mm256_fmadd_ps(h16x8(u + PK_Q5_1_M + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
+        }
+        break;
+    }
+    case DTYPE_IQ4_XS: {
+        const __m256 d = h16x8(u + PK_XS_D + 16 * h);
+        const __m256i lut = iq4_lut();
+        for (int s = 0; s < 8; s++) {
+            nib_half(u + 256 * s, h, q);
+            NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
+            const __m256 sc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(s8x8(u + PK_XS_LS + 16 * s + 8 * h)));
+            NM_UNROLL for (int c = 0; c < C; c++) {
+                const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0 + s;
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(q, a)), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)),
+                                         acc[c]);
             }
         }
         break;
@@ -233,8 +386,9 @@ NM_INLINE void tile(const enum dtype t, const int C, const int H0, const int H1,
             for (size_t o = 0; o < ub; o += 64) _mm_prefetch((const char *)up + pf + o, _MM_HINT_T0);
         NM_UNROLL for (int h = H0; h < H1; h++) {
             if (fl) unit_f(t, C, h, up, act, as, 32 * un, acc[h], acc1[h]);
-            else unit_q(t, C, h, up, act, as, ublk * un, acc[h]);
+            else if (t != DTYPE_Q2_K && t != DTYPE_Q3_K) unit_q(t, C, h, up, act, as, ublk * un, acc[h]);
         }
+        if (t == DTYPE_Q2_K || t == DTYPE_Q3_K) unit_k23(t, C, H0, H1, up, act, as, ublk * un, acc);
     }
     NM_UNROLL for (int h = H0; h < H1; h++) {
         const int r = rows - 8 * h;
@@ -275,6 +429,12 @@ TILE_TYPE(Q8_0)
 TILE_TYPE(Q4_K)
 TILE_TYPE(Q5_K)
 TILE_TYPE(Q6_K)
+TILE_TYPE(Q5_0)
+TILE_TYPE(Q5_1)
+TILE_TYPE(IQ4_NL)
+TILE_TYPE(Q2_K)
+TILE_TYPE(Q3_K)
+TILE_TYPE(IQ4_XS)
 TILE_TYPE_F(F16)
 TILE_TYPE_F(BF16)
 
@@ -287,7 +447,9 @@ struct tiles {
 #define TILE_ROW(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_Q(T, 0), TILE_ROW_Q(T, 1)}}
 #define TILE_ROWF(T) [DTYPE_##T] = {tile_##T##_gemv, {TILE_ROW_F(T, 0), TILE_ROW_F(T, 1)}}
 static const struct tiles k_tiles[DTYPE_COUNT] = {TILE_ROW(Q4_0), TILE_ROW(Q4_1), TILE_ROW(Q4_K), TILE_ROW(Q5_K),
-                                                  TILE_ROW(Q6_K), TILE_ROW(Q8_0), TILE_ROWF(F16), TILE_ROWF(BF16)};
+                                                  TILE_ROW(Q6_K), TILE_ROW(Q8_0), TILE_ROW(Q5_0), TILE_ROW(Q5_1),
+                                                  TILE_ROW(IQ4_NL), TILE_ROW(Q2_K), TILE_ROW(Q3_K), TILE_ROW(IQ4_XS),
+                                                  TILE_ROWF(F16), TILE_ROWF(BF16)};
 
 static void pk_gemm_avx2(const struct pk_args *a) {
     if (g_pf < 0) {
