@@ -7,10 +7,13 @@
  * and 2-bit codes by AND and shift, fifth and high bits by a byte shuffle or mask and compare,
  * the IQ4 codebook by vpshufb, gsc_codes; the small unsigned codes of Q5_0, Q5_1, Q2_K and Q3_K
  * go to vpmaddubsw as they are, blk_uoff; their scales come for the 8 rows at once from gathers,
- * gsc_scales); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid
- * entries per sub-block by scalar loads and their 32 signs by a byte shuffle and compare, IQ1_S
- * and IQ1_M their grid entries the same way; block_codec.decode32 (the plain-C decoder the
- * references use) is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
+ * gsc_scales); IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S take their 4 grid entries per
+ * sub-block by loads built into a vector in registers and their 32 signs from a table of the
+ * 7-bit sign groups (or a byte shuffle and compare of stored sign bytes), the magnitudes going to
+ * vpmaddubsw as they are and the signs onto the activations (blk_msign), IQ1_S and IQ1_M their
+ * grid entries the same way; the IQ types' scales are their integer k per half in the lanes and
+ * one vector formula (iq_scale); block_codec.decode32 (the plain-C decoder the references use)
+ * is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
  * for term and in the same order, one weight row per lane (this file is built with
  * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
  * activation row) result has the reference's bits, in any tile (test_kernels_fast). */
@@ -37,8 +40,9 @@
 
 #define BLK_ROWS 4  /* activation rows per tile */
 #define BLK_WROWS 8 /* weight rows per tile: one per f32 lane */
-/* GEMV: bytes ahead in each weight row to prefetch */
-#define BLK_PREFETCH 2048
+/* GEMV prefetch: a tile reads its 8 rows side by side, each over all of K, so the hardware sees 8
+ * short streams (a row of a 4096-column IQ2_XXS matrix is 1056 bytes); at the start of each
+ * block the kernel prefetches the same block of the next tile's row (8 rows ahead). */
 
 /* The 32 nibbles of 16 bytes at qs in ggml's order (byte l: value l low, value l + 16 high). */
 NM_INLINE __m256i nibbles32(const uint8_t *qs) {
@@ -63,43 +67,62 @@ NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
 }
 
-/* The 32 sign bits of the IQ types that store 4 groups of 7 (bits 7l .. 7l + 6 of w), each group's
- * 8th implied by parity (iq_sign_byte): byte l of the result is group l's. */
-NM_INLINE uint32_t iq_signs_7x4(uint32_t w) {
-    uint32_t sg = 0;
-    for (int l = 0; l < 4; l++) sg |= iq_sign_byte(w >> (7 * l)) << (8 * l);
-    return sg;
+/* The signs of the IQ types' 7-bit sign groups (ggml's ksigns) as vpsignb operands: byte c of
+ * entry i is -1 where bit c of iq_sign_byte(i) is set (the eighth bit the parity of the seven),
+ * else +1. Filled once by avx2_fill_blocks. */
+static uint64_t g_signs7[128];
+
+/* The 32 signs (-1, +1) of a sub-block whose 4 groups of 7 sign bits are bits 7l .. 7l + 6 of w. */
+NM_INLINE __m256i iq_sign_7x4(uint32_t w) {
+    return _mm256_setr_epi64x((long long)g_signs7[w & 127], (long long)g_signs7[(w >> 7) & 127],
+                              (long long)g_signs7[(w >> 14) & 127], (long long)g_signs7[(w >> 21) & 127]);
 }
 
-/* IQ2_XS/IQ2_S: d * (0.5 + s) * 0.25 per half, s the low then the high nibble of sc. */
-NM_INLINE void iq2_half_scales(uint16_t d16, uint8_t sc, float *d) {
-    const float dd = _cvtsh_ss(d16);
-    d[0] = dd * (0.5f + (float)(sc & 0xF)) * 0.25f;
-    d[1] = dd * (0.5f + (float)(sc >> 4)) * 0.25f;
+/* The IQ grid types: their sub-block scales are d (the block's f16) times a small integer k per
+ * half (their decode32's operations on the same values, in the same order, here on 8 rows' lanes):
+ *   IQ2_XXS, IQ2_XS, IQ2_S: (d * (k + 0.5)) * 0.25; IQ3_XXS: (d * (k + 0.5)) * 0.5;
+ *   IQ3_S: d * k (k = 1 + 2 s); IQ1_S, IQ1_M: (d * k) * 0.125 (k = 2 s + 1);
+ * and no offset (IQ_NO_OFFSET). */
+NM_INLINE bool blk_iq(const enum dtype t) {
+    return t == DTYPE_IQ2_XXS || t == DTYPE_IQ2_XS || t == DTYPE_IQ2_S || t == DTYPE_IQ3_XXS || t == DTYPE_IQ3_S ||
+           t == DTYPE_IQ1_S || t == DTYPE_IQ1_M;
+}
+NM_INLINE __m256 iq_scale(const enum dtype t, __m256 d, __m256i k) {
+    const __m256 kf = _mm256_cvtepi32_ps(k);
+    switch (t) {
+    case DTYPE_IQ3_S: return _mm256_mul_ps(d, kf);
+    case DTYPE_IQ1_S:
+    case DTYPE_IQ1_M: return _mm256_mul_ps(_mm256_mul_ps(d, kf), _mm256_set1_ps(0.125f));
+    default:
+        return _mm256_mul_ps(_mm256_mul_ps(d, _mm256_add_ps(kf, _mm256_set1_ps(0.5f))),
+                             _mm256_set1_ps(t == DTYPE_IQ3_XXS ? 0.5f : 0.25f));
+    }
+}
+/* The IQ grid types whose codes are a grid magnitude (unsigned, at most 62) with a sign bit:
+ * blk_decode gives the magnitudes and the signs (-1, +1) apart, and the sign goes onto the
+ * activation (IQ1_S/IQ1_M's codes are signed values). */
+NM_INLINE bool blk_msign(const enum dtype t) { return blk_iq(t) && t != DTYPE_IQ1_S && t != DTYPE_IQ1_M; }
+/* The f16 bits of d of an IQ grid type's block. */
+NM_INLINE uint16_t iq_d16(const enum dtype t, const uint8_t *blk) {
+    uint16_t d;
+    if (t == DTYPE_IQ1_M) return iq1_m_d_bits((const block_iq1_m *)blk);
+    memcpy(&d, blk, 2); /* d leads the other IQ grid blocks */
+    return d;
+}
+
+/* 4 grid entries of 8 bytes as one vector (entry l: bytes 8l .. 8l + 7), built in registers. */
+NM_INLINE __m256i iq_grid4(const uint64_t g[4]) {
+    return _mm256_setr_epi64x((long long)g[0], (long long)g[1], (long long)g[2], (long long)g[3]);
 }
 
 /* IQ1_S/IQ1_M's 32 codes 8 g + delta (iq1_code) from the grid bytes g (-1, 0, 1) of 4 groups
  * and the deltas per byte (a 16-bit shift by 3, the bits it carries across bytes masked off). */
 NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)g);
-    return _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(v, 3), _mm256_set1_epi8((char)0xF8)), delta);
+    return _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(iq_grid4(g), 3), _mm256_set1_epi8((char)0xF8)), delta);
 }
 
-/* The IQ grid types' 32 codes: the grid magnitudes of 4 groups of 8 (g[l], byte c = value 8l + c)
- * negated where bit 8l + c of sg is set (iq_signed). */
-NM_INLINE __m256i iq_codes(const uint64_t g[4], uint32_t sg) {
-    const __m256i v = _mm256_loadu_si256((const __m256i *)g), neg = bits_to_bytes(sg);
-    return _mm256_sub_epi8(_mm256_xor_si256(v, neg), neg);
-}
-
-/* IQ2_XXS/IQ3_XXS's sub-block from its 4 grid entries g and the word w that holds its 4 groups
- * of 7 sign bits (iq_signs_7x4) and, in the top 4 bits, its scale s: both halves
- * d * (0.5 + s) * f (f: 0.25 for IQ2_XXS, 0.5 for IQ3_XXS). */
-NM_INLINE void iq_xxs_sub(const uint64_t g[4], uint32_t w, uint16_t d16, float f, __m256i *q, float *d, float *m) {
-    *q = iq_codes(g, iq_signs_7x4(w));
-    d[0] = d[1] = _cvtsh_ss(d16) * (0.5f + (float)(w >> 28)) * f;
-    m[0] = m[1] = IQ_NO_OFFSET;
-}
+/* The signs (-1, +1) of 32 values from their 32 sign bits (bit c set: value c negative). */
+NM_INLINE __m256i iq_sign_bits(uint32_t sg) { return _mm256_or_si256(bits_to_bytes(sg), _mm256_set1_epi8(1)); }
 
 /* The 2-bit codes of sub-block j of a Q2_K/Q3_K block: bits 2(j % 4) .. +1 of the 32 bytes at
  * qs + 32 (j / 4) (a 16-bit shift moves each byte's bits down within the byte's low 2 bits' reach). */
@@ -156,10 +179,11 @@ NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
 }
 
 /* Sub-block j of the block at blk of a type that is not blk_gathered, as block.h decodes it:
- * codes into *q, scales d, offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs
- * quieted as it does). */
+ * codes into *q and, for blk_msign types, the magnitudes into *q and the signs into *sg; for
+ * the IQ grid types (blk_iq) the integers k of iq_scale per half, for the others scales d and
+ * offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
-                          float *d, float *m) {
+                          __m256i *sg, float *d, float *m, uint32_t *k) {
     switch (t) {
     case DTYPE_IQ2_XXS: { /* iq2_xxs_decode32 */
         const block_iq2_xxs *b = (const block_iq2_xxs *)blk;
@@ -167,34 +191,32 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t w;
         memcpy(&w, p + 4, 4);
         uint64_t g[4];
-        for (int l = 0; l < 4; l++) g[l] = iq_grid_iq2xxs[p[l]];
-        iq_xxs_sub(g, w, b->d, 0.25f, q, d, m);
+        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq2xxs[p[l]];
+        *q = iq_grid4(g), *sg = iq_sign_7x4(w);
+        k[0] = k[1] = w >> 28;
         return;
     }
     case DTYPE_IQ2_XS: { /* iq2_xs_decode32 */
         const block_iq2_xs *b = (const block_iq2_xs *)blk;
-        uint64_t g[4];
-        uint32_t sg = 0;
-        for (int l = 0; l < 4; l++) {
+        uint64_t g[4], sgn[4];
+        NM_UNROLL for (int l = 0; l < 4; l++) {
             const uint32_t v = b->qs[4 * j + l];
             g[l] = iq_grid_iq2xs[v & 511u];
-            sg |= iq_sign_byte(v >> 9) << (8 * l);
+            sgn[l] = g_signs7[v >> 9];
         }
-        *q = iq_codes(g, sg);
-        iq2_half_scales(b->d, b->scales[j], d);
-        m[0] = m[1] = IQ_NO_OFFSET;
+        *q = iq_grid4(g), *sg = iq_grid4(sgn);
+        k[0] = b->scales[j] & 0xFu, k[1] = (uint32_t)b->scales[j] >> 4;
         return;
     }
     case DTYPE_IQ2_S: { /* iq2_s_decode32 */
         const block_iq2_s *b = (const block_iq2_s *)blk;
         uint64_t g[4];
-        for (int l = 0; l < 4; l++)
+        NM_UNROLL for (int l = 0; l < 4; l++)
             g[l] = iq_grid_iq2s[(uint32_t)b->qs[4 * j + l] | ((uint32_t)(b->qh[j] >> (2 * l)) & 3u) << 8];
-        uint32_t sg;
-        memcpy(&sg, b->qs + QK_IQ2_S / 8 + 4 * j, 4);
-        *q = iq_codes(g, sg);
-        iq2_half_scales(b->d, b->scales[j], d);
-        m[0] = m[1] = IQ_NO_OFFSET;
+        uint32_t sb;
+        memcpy(&sb, b->qs + QK_IQ2_S / 8 + 4 * j, 4);
+        *q = iq_grid4(g), *sg = iq_sign_bits(sb);
+        k[0] = b->scales[j] & 0xFu, k[1] = (uint32_t)b->scales[j] >> 4;
         return;
     }
     case DTYPE_IQ3_XXS: { /* iq3_xxs_decode32 */
@@ -203,51 +225,46 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t w;
         memcpy(&w, b->qs + QK_IQ3_XXS / 4 + 4 * j, 4);
         uint64_t g[4];
-        for (int l = 0; l < 4; l++)
+        NM_UNROLL for (int l = 0; l < 4; l++)
             g[l] = (uint64_t)iq_grid_iq3xxs[idx[2 * l]] | (uint64_t)iq_grid_iq3xxs[idx[2 * l + 1]] << 32;
-        iq_xxs_sub(g, w, b->d, 0.5f, q, d, m);
+        *q = iq_grid4(g), *sg = iq_sign_7x4(w);
+        k[0] = k[1] = w >> 28;
         return;
     }
     case DTYPE_IQ3_S: { /* iq3_s_decode32 */
         const block_iq3_s *b = (const block_iq3_s *)blk;
         uint64_t g[4];
-        for (int l = 0; l < 4; l++) {
+        NM_UNROLL for (int l = 0; l < 4; l++) {
             const uint32_t i0 = (uint32_t)b->qs[8 * j + 2 * l] | ((uint32_t)(b->qh[j] >> (2 * l)) & 1u) << 8;
             const uint32_t i1 = (uint32_t)b->qs[8 * j + 2 * l + 1] | ((uint32_t)(b->qh[j] >> (2 * l + 1)) & 1u) << 8;
             g[l] = (uint64_t)iq_grid_iq3s[i0] | (uint64_t)iq_grid_iq3s[i1] << 32;
         }
-        uint32_t sg;
-        memcpy(&sg, b->signs + 4 * j, 4);
-        *q = iq_codes(g, sg);
-        const uint32_t sc = (uint32_t)(b->scales[j / 2] >> (4 * (j % 2))) & 0xFu;
-        d[0] = d[1] = _cvtsh_ss(b->d) * (float)(1u + 2u * sc);
-        m[0] = m[1] = IQ_NO_OFFSET;
+        uint32_t sb;
+        memcpy(&sb, b->signs + 4 * j, 4);
+        *q = iq_grid4(g), *sg = iq_sign_bits(sb);
+        k[0] = k[1] = 1u + 2u * ((uint32_t)(b->scales[j / 2] >> (4 * (j % 2))) & 0xFu);
         return;
     }
     case DTYPE_IQ1_S: { /* iq1_s_decode32: 8 g + delta, delta -1 or +1 for the sub-block */
         const block_iq1_s *b = (const block_iq1_s *)blk;
         const uint32_t w = b->qh[j];
         uint64_t g[4];
-        for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
+        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
         *q = iq1_codes(g, _mm256_set1_epi8((w >> 15) ? -1 : 1));
-        const float dl = _cvtsh_ss(b->d) * (float)(2u * ((w >> 12) & 7u) + 1u);
-        d[0] = d[1] = dl * 0.125f;
-        m[0] = m[1] = IQ_NO_OFFSET;
+        k[0] = k[1] = 2u * ((w >> 12) & 7u) + 1u;
         return;
     }
     case DTYPE_IQ1_M: { /* iq1_m_decode32: 8 g + delta, delta -1 or +1 per group of 8 */
         const block_iq1_m *b = (const block_iq1_m *)blk;
         uint64_t g[4], dl[4];
-        for (int l = 0; l < 4; l++) {
+        NM_UNROLL for (int l = 0; l < 4; l++) {
             const uint32_t nib = (uint32_t)(b->qh[2 * j + l / 2] >> (4 * (l % 2))) & 0xFu;
             g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | (nib & 7u) << 8];
             dl[l] = (nib >> 3) ? ~0ull : 0x0101010101010101ull;
         }
-        *q = iq1_codes(g, _mm256_loadu_si256((const __m256i *)dl));
-        const float dd = _cvtsh_ss(iq1_m_d_bits(b));
+        *q = iq1_codes(g, iq_grid4(dl));
         const uint32_t sc = iq1_m_sc(b, j / 2) >> (6 * (j % 2));
-        for (int h = 0; h < 2; h++) d[h] = dd * (float)(2u * ((sc >> (3 * h)) & 7u) + 1u) * 0.125f;
-        m[0] = m[1] = IQ_NO_OFFSET;
+        NM_UNROLL for (int h = 0; h < 2; h++) k[h] = 2u * ((sc >> (3 * h)) & 7u) + 1u;
         return;
     }
     default: {
@@ -339,93 +356,154 @@ NM_INLINE __m256 blk_lanes(const float *v) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
 }
 
+/* The int32 sums of 4-value groups of one row's sub-block (codes q, signs sg) with activation a,
+ * exact (blk_tiles). */
+NM_INLINE __m256i blk_rowdot(const enum dtype t, __m256i q, __m256i sg, __m256i a) {
+    const __m256i p = blk_uoff(t) >= 0 ? _mm256_maddubs_epi16(q, a)
+                      : blk_msign(t)   ? _mm256_maddubs_epi16(q, _mm256_sign_epi8(a, sg))
+                                       : _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(a, q));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* One tile: weight rows [r0, r0 + rr) against activation rows [c0, c0 + cc) (x: their q8x
+ * blocks). */
+NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const int cc, const int rr, int64_t n,
+                        const uint8_t *row0, size_t ws, int nr, int r0, const block_q8x *const *x, int c0, float *y,
+                        int64_t ldy) {
+    const int per = t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL ? 1 : 8; /* sub-blocks per block */
+    const int64_t nsub = n / 32;
+    const size_t tsz = c->info.type_size;
+    const int nc = cc; /* the GEMV (one activation row) prefetches */
+    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+    const int uoff = blk_uoff(t);
+    const bool gsc = blk_gathered(t);
+    __m256 sum[BLK_ROWS];
+    NM_UNROLL for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
+    /* gsc: the super-block's d, dmin; blk_iq: its d */
+    __m256 kd = _mm256_setzero_ps(), kdmin = _mm256_setzero_ps();
+    const struct gsc_rows g = gsc_rows_of(ws, rr);
+    for (int64_t s = 0; s < nsub; s++) {
+        __m256i q[BLK_WROWS], sg[BLK_WROWS]; /* blk_msign: magnitudes q, signs sg */
+        float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
+        uint32_t k0[BLK_WROWS], k1[BLK_WROWS];
+        const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
+        const int j = (int)(s % per);
+        if (gsc && j == 0) gsc_d(t, blk0, &g, &kd, &kdmin);
+        if (blk_iq(t) && j == 0) {
+            uint16_t d16[BLK_WROWS];
+            NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) d16[i] = i < rr ? iq_d16(t, blk0 + (size_t)i * ws) : 0;
+            kd = _mm256_cvtph_ps(_mm_setr_epi16((short)d16[0], (short)d16[1], (short)d16[2], (short)d16[3],
+                                                (short)d16[4], (short)d16[5], (short)d16[6], (short)d16[7]));
+        }
+        __m256i p1[BLK_WROWS];
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(x[0] + s)->qs);
+        NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
+            float d[2] = {0, 0}, m[2] = {0, 0};
+            uint32_t k[2] = {0, 0};
+            q[i] = sg[i] = _mm256_setzero_si256();
+            if (i < rr) {
+                const uint8_t *blk = blk0 + (size_t)i * ws;
+                if (nc == 1 && j == 0 && r0 + BLK_WROWS < nr)
+                    for (size_t o = 0; o < tsz; o += 64)
+                        _mm_prefetch((const char *)blk + BLK_WROWS * ws + o, _MM_HINT_T0);
+                if (gsc) q[i] = gsc_codes(t, blk, j);
+                else blk_decode(t, c, blk, j, &q[i], &sg[i], d, m, k);
+            }
+            /* one activation row: the row's products now, so the codes need not stay live */
+            if (cc == 1) p1[i] = blk_rowdot(t, q[i], sg[i], a1);
+            d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
+            k0[i] = k[0], k1[i] = k[1];
+        }
+        /* the 8 rows' scalars into lanes in registers: a vector load of 8 scalar stores
+         * would wait for them to retire (no store forwarding) */
+        __m256 vd0, vd1, vm0, vm1;
+        if (gsc) {
+            gsc_scales(t, blk0, &g, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
+        } else if (blk_iq(t)) {
+            vd0 = iq_scale(t, kd, _mm256_setr_epi32((int)k0[0], (int)k0[1], (int)k0[2], (int)k0[3], (int)k0[4],
+                                                    (int)k0[5], (int)k0[6], (int)k0[7]));
+            vd1 = t == DTYPE_IQ2_XS || t == DTYPE_IQ2_S || t == DTYPE_IQ1_M /* a scale per half */
+                      ? iq_scale(t, kd, _mm256_setr_epi32((int)k1[0], (int)k1[1], (int)k1[2], (int)k1[3],
+                                                          (int)k1[4], (int)k1[5], (int)k1[6], (int)k1[7]))
+                      : vd0;
+            vm0 = vm1 = _mm256_set1_ps(IQ_NO_OFFSET); /* unused: see the f32 step */
+        } else {
+            vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
+            vm0 = blk_lanes(m0), vm1 = blk_lanes(m1);
+        }
+        NM_UNROLL for (int k = 0; k < cc; k++) {
+            const block_q8x *xa = x[k] + s;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
+            __m256i p[BLK_WROWS];
+            NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) p[i] = cc == 1 ? p1[i] : blk_rowdot(t, q[i], sg[i], a);
+            /* the activations' half sums: for the code offset and the offsets m (the IQ grid
+             * types have neither) */
+            __m256i sa = _mm256_setzero_si256();
+            if (!blk_iq(t)) {
+                sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
+                sa = _mm256_hadd_epi32(sa, sa);
+                sa = _mm256_hadd_epi32(sa, sa); /* 128-bit lane 0: half 0's sum, lane 1: half 1's */
+            }
+            /* dwords of p[i]: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
+            const __m256i x0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m256i x1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+            __m256i si0 = _mm256_permute2x128_si256(x0, x1, 0x20), si1 = _mm256_permute2x128_si256(x0, x1, 0x31);
+            if (uoff > 0) { /* sum of (u - uoff) a = sum of u a - uoff sum of a */
+                const __m256i o = _mm256_mullo_epi32(sa, _mm256_set1_epi32(uoff));
+                si0 = _mm256_sub_epi32(si0, _mm256_permute2x128_si256(o, o, 0x00));
+                si1 = _mm256_sub_epi32(si1, _mm256_permute2x128_si256(o, o, 0x11));
+            }
+            const __m256 sq0 = _mm256_cvtepi32_ps(si0), sq1 = _mm256_cvtepi32_ps(si1);
+            __m256 h = _mm256_add_ps(_mm256_mul_ps(vd0, sq0), _mm256_mul_ps(vd1, sq1));
+            /* + (m0 sa0 + m1 sa1). With m0 = m1 = -0.0 (the IQ grid types) that term is a
+             * zero, and adding it cannot change the row's sum (which starts at +0.0 and so
+             * is never -0.0): it is left out, the same bits. */
+            if (!blk_iq(t)) {
+                const __m256 sa0 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_castsi256_si128(sa)));
+                const __m256 sa1 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_extracti128_si256(sa, 1)));
+                h = _mm256_add_ps(h, _mm256_add_ps(_mm256_mul_ps(vm0, sa0), _mm256_mul_ps(vm1, sa1)));
+            }
+            sum[k] = _mm256_add_ps(sum[k], _mm256_mul_ps(_mm256_set1_ps(xa->d), h));
+        }
+    }
+    NM_UNROLL for (int k = 0; k < cc; k++) {
+        float o[BLK_WROWS];
+        _mm256_storeu_ps(o, sum[k]);
+        for (int i = 0; i < rr; i++) y[(int64_t)(c0 + k) * ldy + r0 + i] = o[i];
+    }
+}
+
 /* gemm slot semantics (cpu.h) for type t (codec c): y[ci * ldy + r] = vec_dot(row r, activation
  * row ci). A tile is BLK_WROWS weight rows (one per f32 lane) x up to BLK_ROWS activation rows.
  * Per sub-block and activation row: the rows' integer sums, exact (|code| x act with the code's
  * sign moved onto act: codes -128..127, q8x codes -127..127, so a pair of products fits int16;
- * or, for blk_uoff(t) >= 0, the unsigned codes x act less the offset times the act's sum),
+ * or, for blk_uoff(t) >= 0, the unsigned codes x act less the offset times the act's sum; or,
+ * for blk_msign(t), the magnitudes x act with the stored sign moved onto act),
  * reduced per 16-value half across the 8 rows by two rounds of vphaddd; then block_vec_dot_ref's
  * f32 step, d_a ((d0 sq0 + d1 sq1) + (m0 sa0 + m1 sa1)) added to the row's sum, in the lanes. */
+NM_INLINE void blk_tiles(const enum dtype t, const struct block_codec *c, const int cc, int64_t n, const void *w,
+                         size_t ws, int nr, const void *act, size_t as, int c0, float *y, int64_t ldy) {
+    /* sub-blocks per block: a constant, no division per sub-block */
+    NM_ASSERT((t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL ? 1 : 8) == (int)c->info.blck_size / 32);
+    NM_ASSERT(!blk_gathered(t) || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
+    const block_q8x *x[BLK_ROWS];
+    NM_UNROLL for (int k = 0; k < cc; k++) x[k] = (const block_q8x *)((const uint8_t *)act + (size_t)(c0 + k) * as);
+    for (int r0 = 0; r0 < nr; r0 += BLK_WROWS) { /* full tiles compiled apart, without the row checks */
+        const uint8_t *row0 = (const uint8_t *)w + (size_t)r0 * ws;
+        if (nr - r0 >= BLK_WROWS) blk_tile(t, c, cc, BLK_WROWS, n, row0, ws, nr, r0, x, c0, y, ldy);
+        else blk_tile(t, c, cc, nr - r0, n, row0, ws, nr, r0, x, c0, y, ldy);
+    }
+}
+
+/* All activation rows, BLK_ROWS at a time, each tile compiled for its row count. */
 NM_INLINE void blk_gemm(const enum dtype t, const struct block_codec *c, int64_t n, const void *w, size_t ws, int nr,
                         const void *act, size_t as, int nc, float *y, int64_t ldy) {
-    const int per = (int)c->info.blck_size / 32;
-    const int64_t nsub = n / 32;
-    const size_t tsz = c->info.type_size;
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    const int uoff = blk_uoff(t);
-    const bool gsc = blk_gathered(t);
-    NM_ASSERT(!gsc || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
     for (int c0 = 0; c0 < nc; c0 += BLK_ROWS) {
-        const int cc = NM_MIN(BLK_ROWS, nc - c0);
-        const block_q8x *x[BLK_ROWS];
-        for (int k = 0; k < cc; k++) x[k] = (const block_q8x *)((const uint8_t *)act + (size_t)(c0 + k) * as);
-        for (int r0 = 0; r0 < nr; r0 += BLK_WROWS) {
-            const int rr = NM_MIN(BLK_WROWS, nr - r0);
-            const uint8_t *row0 = (const uint8_t *)w + (size_t)r0 * ws;
-            __m256 sum[BLK_ROWS];
-            for (int k = 0; k < cc; k++) sum[k] = _mm256_setzero_ps();
-            __m256 kd = _mm256_setzero_ps(), kdmin = _mm256_setzero_ps(); /* gsc: the super-block's d, dmin */
-            const struct gsc_rows g = gsc_rows_of(ws, rr);
-            for (int64_t s = 0; s < nsub; s++) {
-                __m256i q[BLK_WROWS];
-                float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
-                const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
-                const int j = (int)(s % per);
-                if (gsc && j == 0) gsc_d(t, blk0, &g, &kd, &kdmin);
-                NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
-                    float d[2] = {0, 0}, m[2] = {0, 0};
-                    q[i] = _mm256_setzero_si256();
-                    if (i < rr) {
-                        const uint8_t *blk = blk0 + (size_t)i * ws;
-                        if (nc == 1) _mm_prefetch((const char *)blk + BLK_PREFETCH, _MM_HINT_T0);
-                        if (gsc) q[i] = gsc_codes(t, blk, j);
-                        else blk_decode(t, c, blk, j, &q[i], d, m);
-                    }
-                    d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
-                }
-                /* the 8 rows' scalars into lanes in registers: a vector load of 8 scalar stores
-                 * would wait for them to retire (no store forwarding) */
-                __m256 vd0, vd1, vm0, vm1;
-                if (gsc) {
-                    gsc_scales(t, blk0, &g, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
-                } else {
-                    vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
-                    vm0 = blk_lanes(m0), vm1 = blk_lanes(m1);
-                }
-                for (int k = 0; k < cc; k++) {
-                    const block_q8x *xa = x[k] + s;
-                    const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
-                    __m256i p[BLK_WROWS];
-                    NM_UNROLL for (int i = 0; i < BLK_WROWS; i++)
-                        p[i] = _mm256_madd_epi16(uoff >= 0 ? _mm256_maddubs_epi16(q[i], a)
-                                                           : _mm256_maddubs_epi16(_mm256_abs_epi8(q[i]),
-                                                                                  _mm256_sign_epi8(a, q[i])),
-                                                 ones16);
-                    __m256i sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
-                    sa = _mm256_hadd_epi32(sa, sa);
-                    sa = _mm256_hadd_epi32(sa, sa); /* 128-bit lane 0: half 0's sum, lane 1: half 1's */
-                    /* dwords of p[i]: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
-                    const __m256i x0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-                    const __m256i x1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-                    __m256i si0 = _mm256_permute2x128_si256(x0, x1, 0x20), si1 = _mm256_permute2x128_si256(x0, x1, 0x31);
-                    if (uoff > 0) { /* sum of (u - uoff) a = sum of u a - uoff sum of a */
-                        const __m256i o = _mm256_mullo_epi32(sa, _mm256_set1_epi32(uoff));
-                        si0 = _mm256_sub_epi32(si0, _mm256_permute2x128_si256(o, o, 0x00));
-                        si1 = _mm256_sub_epi32(si1, _mm256_permute2x128_si256(o, o, 0x11));
-                    }
-                    const __m256 sq0 = _mm256_cvtepi32_ps(si0), sq1 = _mm256_cvtepi32_ps(si1);
-                    const __m256 sa0 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_castsi256_si128(sa)));
-                    const __m256 sa1 = _mm256_set1_ps((float)_mm_cvtsi128_si32(_mm256_extracti128_si256(sa, 1)));
-                    const __m256 hs = _mm256_add_ps(_mm256_mul_ps(vd0, sq0), _mm256_mul_ps(vd1, sq1));
-                    const __m256 hm = _mm256_add_ps(_mm256_mul_ps(vm0, sa0), _mm256_mul_ps(vm1, sa1));
-                    sum[k] = _mm256_add_ps(sum[k], _mm256_mul_ps(_mm256_set1_ps(xa->d), _mm256_add_ps(hs, hm)));
-                }
-            }
-            for (int k = 0; k < cc; k++) {
-                float o[BLK_WROWS];
-                _mm256_storeu_ps(o, sum[k]);
-                for (int i = 0; i < rr; i++) y[(int64_t)(c0 + k) * ldy + r0 + i] = o[i];
-            }
+        switch (NM_MIN(BLK_ROWS, nc - c0)) {
+        case 1: blk_tiles(t, c, 1, n, w, ws, nr, act, as, c0, y, ldy); break;
+        case 2: blk_tiles(t, c, 2, n, w, ws, nr, act, as, c0, y, ldy); break;
+        case 3: blk_tiles(t, c, 3, n, w, ws, nr, act, as, c0, y, ldy); break;
+        default: blk_tiles(t, c, 4, n, w, ws, nr, act, as, c0, y, ldy); break;
         }
     }
 }
@@ -444,6 +522,13 @@ BLOCK_TYPES(BLK_FNS)
 #undef BLK_FNS
 
 void avx2_fill_blocks(struct kern_isa *t) {
+    for (uint32_t i = 0; i < 128; i++) {
+        const uint32_t sb = iq_sign_byte(i);
+        uint64_t m = 0;
+        for (int c = 0; c < 8; c++)
+            m |= (uint64_t)(sb >> c & 1 ? 0xFF : 0x01) << (8 * c);
+        g_signs7[i] = m;
+    }
 #define BLK_FILL(T, t_)                                                                                     \
     t->gemm[DTYPE_##T] = gemm_##t_;                                                                          \
     t->vec_dot[DTYPE_##T] = vec_dot_##t_;
