@@ -373,7 +373,6 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
     const int per = t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL ? 1 : 8; /* sub-blocks per block */
     const int64_t nsub = n / 32;
     const size_t tsz = c->info.type_size;
-    const int nc = cc; /* the GEMV (one activation row) prefetches */
     const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
     const int uoff = blk_uoff(t);
     const bool gsc = blk_gathered(t);
@@ -403,7 +402,7 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
             q[i] = sg[i] = _mm256_setzero_si256();
             if (i < rr) {
                 const uint8_t *blk = blk0 + (size_t)i * ws;
-                if (nc == 1 && j == 0 && r0 + BLK_WROWS < nr)
+                if (cc == 1 && j == 0 && r0 + BLK_WROWS < nr) /* the GEMV */
                     for (size_t o = 0; o < tsz; o += 64)
                         _mm_prefetch((const char *)blk + BLK_WROWS * ws + o, _MM_HINT_T0);
                 if (gsc) q[i] = gsc_codes(t, blk, j);

@@ -196,16 +196,29 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
     __m256i q[8];
     switch (t) {
     case DTYPE_Q4_0:
-    case DTYPE_Q4_1: {
+    case DTYPE_Q4_1:
+    case DTYPE_Q5_0:
+    case DTYPE_Q5_1:
+    case DTYPE_IQ4_NL: { /* nibble codes (+ a fifth bit, or looked up), one scale (+ Q4_1/Q5_1's m) */
+        const int five = t == DTYPE_Q5_0 || t == DTYPE_Q5_1, nl = t == DTYPE_IQ4_NL;
+        const int off = t == DTYPE_Q4_0 ? 8 : t == DTYPE_Q5_0 ? 16 : 0; /* the codes' offset */
         nib_half(u, h, q);
-        const __m256 dw = h16x8(u + PK_Q4_0_D + 16 * h);
+        if (nl) {
+            const __m256i lut = iq4_lut();
+            NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
+        } else if (five) {
+            NM_UNROLL for (int i = 0; i < 8; i++)
+                q[i] = _mm256_or_si256(q[i], bits_val(hi32(u + PK_Q5_HI + 8 * i + 4 * h), 0x10));
+        }
+        _Static_assert(PK_Q4_0_D == PK_Q4_1_D && PK_Q4_0_D == PK_NL_D, "one d offset for the 4-bit units");
+        const __m256 dw = h16x8(u + (five ? PK_Q5_D : PK_Q4_0_D) + 16 * h);
+        const int m = t == DTYPE_Q4_1 ? PK_Q4_1_M : t == DTYPE_Q5_1 ? PK_Q5_1_M : 0;
         NM_UNROLL for (int c = 0; c < C; c++) {
             const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
-            __m256i s = dot16(q, a, 0, 8);
-            if (t == DTYPE_Q4_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-8 * a->isum));
+            __m256i s = nl ? dot_signed(q, a) : five ? _mm256_add_epi32(dot16(q, a, 0, 4), dot16(q, a, 4, 8)) : dot16(q, a, 0, 8);
+            if (off) s = _mm256_add_epi32(s, _mm256_set1_epi32(-off * a->isum));
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
-            if (t == DTYPE_Q4_1)
-                acc[c] = _mm256_fmadd_ps(h16x8(u + PK_Q4_1_M + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
+            if (m) acc[c] = _mm256_fmadd_ps(h16x8(u + m + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
         }
         break;
     }
@@ -271,34 +284,6 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(g0, sc0), _mm256_mullo_epi32(g1, sc1));
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[c]);
             }
-        }
-        break;
-    }
-    case DTYPE_Q5_0:
-    case DTYPE_Q5_1:
-    case DTYPE_IQ4_NL: { /* 5-bit codes (4 quads per int16 sum), or iq4nl values (signed) */
-        const int nl = t == DTYPE_IQ4_NL;
-        nib_half(u, h, q);
-        if (nl) {
-            const __m256i lut = iq4_lut();
-            NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
-        } else {
-            NM_UNROLL for (int i = 0; i < 8; i++)
-                q[i] = _mm256_or_si256(q[i], bits_val(hi32(u + PK_Q5_HI + 8 * i + 4 * h), 0x10));
-        }
-        const __m256 dw = h16x8(u + (nl ? PK_NL_D : PK_Q5_D) + 16 * h);
-        NM_UNROLL for (int c = 0; c < C; c++) {
-            const block_q8x *a = (const block_q8x *)(act + (size_t)c * as) + blk0;
-            __m256i s;
-            if (nl) {
-                s = dot_signed(q, a);
-            } else {
-                s = _mm256_add_epi32(dot16(q, a, 0, 4), dot16(q, a, 4, 8));
-                if (t == DTYPE_Q5_0) s = _mm256_add_epi32(s, _mm256_set1_epi32(-16 * a->isum));
-            }
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
-            if (t == DTYPE_Q5_1)
-                acc[c] = _mm256_fmadd_ps(h16x8(u + PK_Q5_1_M + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
         }
         break;
     }
