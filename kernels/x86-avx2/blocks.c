@@ -36,7 +36,7 @@
 #include "../blocks/q5_0.h"
 #include "../blocks/q5_1.h"
 #include "../quant.h"
-#include "avx2.h"
+#include "simd.h"
 
 #define BLK_ROWS 4  /* activation rows per tile */
 #define BLK_WROWS 8 /* weight rows per tile: one per f32 lane */
@@ -50,21 +50,12 @@ NM_INLINE __m256i nibbles32(const uint8_t *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
 }
 
-/* 0xFF in byte c where bit c of w is set, else 0. */
-NM_INLINE __m256i bits_to_bytes(uint32_t w) {
-    const __m256i rep = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
-                                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2,
-                                                             2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
-}
-
 /* The 32 codes of a Q5_0/Q5_1 block in natural order: its nibbles at qs, fifth bits in qh (bit
  * l: value l). */
 NM_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh4) {
     uint32_t qh;
     memcpy(&qh, qh4, 4);
-    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(avx2_bytes_of_bits(qh), _mm256_set1_epi8(16)));
 }
 
 /* The signs of the IQ types' 7-bit sign groups (ggml's ksigns) as vpsignb operands: byte c of
@@ -122,7 +113,7 @@ NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
 }
 
 /* The signs (-1, +1) of 32 values from their 32 sign bits (bit c set: value c negative). */
-NM_INLINE __m256i iq_sign_bits(uint32_t sg) { return _mm256_or_si256(bits_to_bytes(sg), _mm256_set1_epi8(1)); }
+NM_INLINE __m256i iq_sign_bits(uint32_t sg) { return _mm256_or_si256(avx2_bytes_of_bits(sg), _mm256_set1_epi8(1)); }
 
 /* The 2-bit codes of sub-block j of a Q2_K/Q3_K block: bits 2(j % 4) .. +1 of the 32 bytes at
  * qs + 32 (j / 4) (a 16-bit shift moves each byte's bits down within the byte's low 2 bits' reach). */
@@ -132,11 +123,7 @@ NM_INLINE __m256i k_low2(const uint8_t *qs, int j) {
 }
 
 /* The codebook values of 32 IQ4_NL indices (16 bytes at qs: low nibbles first), by vpshufb. */
-NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) {
-    const __m256i tab =
-        _mm256_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO, (long long)IQ4NL_HI, (long long)IQ4NL_LO);
-    return _mm256_shuffle_epi8(tab, nibbles32(qs));
-}
+NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) { return _mm256_shuffle_epi8(avx2_iq4nl_lut(), nibbles32(qs)); }
 
 /* The types whose block.h codes are u - blk_uoff(t) with u small and unsigned (0..31): gsc_codes
  * gives u, which vpmaddubsw takes as it is (2 x 31 x 127 fits its int16), and the integer sums

@@ -28,10 +28,9 @@
 #include <string.h>
 
 #include "../base.h"
-#include "../blocks/iq4_nl.h"
 #include "../packed.h"
 #include "../quant.h"
-#include "avx2.h"
+#include "simd.h"
 
 /* Activation rows per GEMM tile (at most): the float types' tile holds 2 x 6 accumulators, 2
  * weight vectors and a broadcast in the 16 ymm registers; the quantized ones' 8 code vectors,
@@ -79,13 +78,7 @@ NM_INLINE uint32_t hi32(const uint8_t *p) {
 
 /* v in byte i where bit i of m is set, else 0 (Q5_0/Q5_1/Q5_K's fifth bits, v = 0x10; Q3_K's
  * third, v = 4; one quad, 8 rows). */
-NM_INLINE __m256i bits_val(uint32_t m, char v) {
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                                            3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread), bit);
-    return _mm256_andnot_si256(_mm256_cmpeq_epi8(b, _mm256_setzero_si256()), _mm256_set1_epi8(v));
-}
+NM_INLINE __m256i bits_val(uint32_t m, char v) { return _mm256_and_si256(avx2_bytes_of_bits(m), _mm256_set1_epi8(v)); }
 
 /* Codes of half h of a crumb sub-block at p (Q2_K; Q3_K's low 2 bits): line L gives quads
  * 4L + j at bits 2j. */
@@ -95,11 +88,6 @@ NM_INLINE void crumb_half(const uint8_t *p, int h, __m256i q[8]) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * l + 32 * h));
         NM_UNROLL for (int j = 0; j < 4; j++) q[4 * l + j] = _mm256_and_si256(j ? _mm256_srli_epi16(v, 2 * j) : v, m3);
     }
-}
-
-/* The 16 iq4nl values by index in both 128-bit lanes (iq4_nl.h's constants). */
-NM_INLINE __m256i iq4_lut(void) {
-    return _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)IQ4NL_HI, (long long)IQ4NL_LO));
 }
 
 /* int32 lanes: the dot product of 8 quads of signed values v (-127..127) with activation block
@@ -204,7 +192,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
         const int off = t == DTYPE_Q4_0 ? 8 : t == DTYPE_Q5_0 ? 16 : 0; /* the codes' offset */
         nib_half(u, h, q);
         if (nl) {
-            const __m256i lut = iq4_lut();
+            const __m256i lut = avx2_iq4nl_lut();
             NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
         } else if (five) {
             NM_UNROLL for (int i = 0; i < 8; i++)
@@ -289,7 +277,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
     }
     case DTYPE_IQ4_XS: {
         const __m256 d = h16x8(u + PK_XS_D + 16 * h);
-        const __m256i lut = iq4_lut();
+        const __m256i lut = avx2_iq4nl_lut();
         for (int s = 0; s < 8; s++) {
             nib_half(u + 256 * s, h, q);
             NM_UNROLL for (int i = 0; i < 8; i++) q[i] = _mm256_shuffle_epi8(lut, q[i]);
