@@ -12,11 +12,16 @@ dequantized weights):
   max |ours - ref| / max |ref| <= 0.15  and  sum (ours - ref)^2 / sum ref^2 <= 1e-2,
 and our argmax must be the reference's, unless the reference's logit for our choice is within
 NEAR_TIE (5%) of max |ref| of its maximum (a near-tie), or, against llama.cpp, our argmax is the
-exact logits' (where llama.cpp itself departs from the exact choice).
-llama.cpp itself is 2.3e-2..8.1e-2 and nmse <= 5.3e-3 from the exact logits on these files, and
-its own argmax differs from the exact one at near-ties of up to 5.0% (numallm's: 2.8%); a wrong
-block decoder is off by O(1). Prints the worst figures per run. Plain Python (no numpy),
-so it runs on the GPU host too. Exit 0 pass, 1 fail, 77 data missing.
+exact logits' (where llama.cpp itself departs from the exact choice). Two more rules, for rows
+where the references are not both a fair measure:
+  - where llama.cpp's logits are themselves beyond these bounds from the exact ones, the two took
+    different sides of a near-tie of the model (in an MoE, another expert of the router's top-k):
+    ours must then be within the bounds of one of them;
+  - against llama.cpp, a row nearer the exact logits than llama.cpp's own row (both max_rel and
+    nmse) passes: the difference is llama.cpp's rounding, not ours.
+Each run's line counts the rows either rule took. On the shared files llama.cpp is never beyond
+the bounds from the exact logits (README there); the rules matter for the MoE and 1-bit cases of
+llamacpp/hub_cases.sh. A wrong decoder stays O(1) from the exact logits, which no rule excuses.
 """
 import array
 import os
@@ -115,27 +120,49 @@ def main():
             failed = True
             continue
         n_vocab, ours = read_nmlg(out)
+        llama_rows, exact_rows = refs["llama.cpp"][1], refs["exact"][1]
+        # per row: the references' own distance, beyond the bounds where they took different
+        # sides of a near-tie of the model (in an MoE, the router's top-k)
+        between = [compare_row(lr[2], er[2]) for lr, er in zip(llama_rows, exact_rows)]
         for ref_name, (ref_vocab, ref_rows) in refs.items():
             if ref_vocab != n_vocab or len(ref_rows) != len(ours):
                 print("FAIL %s %s: %d rows of %d logits, %s has %d of %d" % (name, label, len(ours), n_vocab, ref_name,
                                                                           len(ref_rows), ref_vocab))
                 failed = True
                 continue
+            other = exact_rows if ref_name == "llama.cpp" else llama_rows
             worst_rel = worst_nmse = 0.0
-            exact_rows = refs["exact"][1] if ref_name == "llama.cpp" else [None] * len(ref_rows)
-            for (pos, tok, v), (rpos, rtok, rv), ex in zip(ours, ref_rows, exact_rows):
+            ties = nearer = 0
+            for (pos, tok, v), (rpos, rtok, rv), (_, _, ov), (b_rel, b_nmse, _), er in zip(
+                    ours, ref_rows, other, between, exact_rows):
                 if (pos, tok) != (rpos, rtok):
                     print("FAIL %s %s: row at pos %d token %d, %s has pos %d token %d" % (name, label, pos, tok,
                                                                                      ref_name, rpos, rtok))
                     failed = True
                     break
-                rel, nmse, arg_ok = compare_row(v, rv, ex[2] if ex is not None else None)
-                worst_rel, worst_nmse = max(worst_rel, rel), max(worst_nmse, nmse)
-                if rel > MAX_REL or nmse > NMSE or not arg_ok:
+                rel, nmse, arg_ok = compare_row(v, rv, er[2] if ref_name == "llama.cpp" else None)
+                ok = rel <= MAX_REL and nmse <= NMSE and arg_ok
+                if ok:
+                    worst_rel, worst_nmse = max(worst_rel, rel), max(worst_nmse, nmse)
+                elif b_rel > MAX_REL or b_nmse > NMSE:  # the references disagree: ours must be one of them
+                    o_rel, o_nmse, o_arg = compare_row(v, ov)
+                    ok = o_rel <= MAX_REL and o_nmse <= NMSE and o_arg
+                    ties += ok
+                elif ref_name == "llama.cpp":  # ours nearer the exact logits than llama.cpp's own
+                    e_rel, e_nmse, _ = compare_row(v, er[2])
+                    ok = e_rel <= b_rel and e_nmse <= b_nmse and arg_ok
+                    nearer += ok
+                if not ok:
                     print("FAIL %s %s vs %s, pos %d: max_rel %.3g (<= %g), nmse %.3g (<= %g), argmax %s" %
                           (name, label, ref_name, pos, rel, MAX_REL, nmse, NMSE, "ok" if arg_ok else "not a near-tie"))
                     failed = True
-            print("%s %-16s vs %-9s worst max_rel %.4f nmse %.2e" % (name, label, ref_name, worst_rel, worst_nmse))
+            notes = []
+            if ties:
+                notes.append("%d rows where the references disagree, within one of them" % ties)
+            if nearer:
+                notes.append("%d rows nearer the exact logits than llama.cpp's" % nearer)
+            print("%s %-16s vs %-9s worst max_rel %.4f nmse %.2e%s" % (name, label, ref_name, worst_rel, worst_nmse,
+                                                                      "; " + "; ".join(notes) if notes else ""))
     if failed:
         print("repro: %s" % " ".join([sys.executable] + sys.argv))
         return 1
