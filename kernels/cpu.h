@@ -46,6 +46,8 @@ struct kern_isa {
     bool (*pk_has)(enum dtype t);
     /* op_swiglu_ref twin (ops.h). */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
+    /* op_argmax_ref twin (ops.h): the same index for every input. */
+    int64_t (*argmax)(const float *x, int64_t n);
     /* op_attention_heads_ref and op_attention_queries_ref twins (ops.h; same arguments), and the
      * scratch floats the latter needs. */
     void (*attn_heads)(float *out, int64_t out_stride, const float *q, int64_t q_stride, int n_q, const void *k,

@@ -48,6 +48,15 @@ void op_add(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+int64_t op_argmax(const float *x, int64_t n) { return kern_isa_get()->argmax(x, n); }
+
+int64_t op_argmax_ref(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] != x[best] && !(x[i] < x[best])) best = i;
+    return best;
+}
+
 static inline float kv_load(const void *row, int64_t i, enum dtype t) {
     return t == DTYPE_F16 ? fp16_to_fp32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
 }

@@ -1,8 +1,9 @@
-/* AVX-512 activation kernels: SwiGLU (below), and quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
+/* AVX-512 activation kernels: SwiGLU and the argmax of a row (below), and quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
  * the same float operations (amax / 127, 1 / d, x * (1 / d)) and the same rounding (to nearest
  * even, the MXCSR default that vcvtps2dq uses and nearbyintf follows). */
 #include <math.h>
 
+#include "../ops.h"
 #include "avx512.h"
 #include "simd.h"
 
@@ -39,7 +40,40 @@ static void swiglu_avx512(float *out, const float *gate, const float *up, int64_
     }
 }
 
+/* op_argmax_ref's index: the maximum over 4 vectors of 16 lanes (masked tail: -inf), with a
+ * mask of any NaN seen (then the scan, whose order puts a NaN first), then the first 16 values
+ * that hold it and the lowest such lane. Equal values compare equal (-0.0 == +0.0), so the first
+ * of them is found whichever one vmaxps kept. */
+static int64_t argmax_avx512(const float *x, int64_t n) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 m[4] = {ninf, ninf, ninf, ninf};
+    __mmask16 nan = 0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        NM_UNROLL for (int k = 0; k < 4; k++) {
+            const __m512 v = _mm512_loadu_ps(x + i + 16 * k);
+            nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            m[k] = _mm512_max_ps(m[k], v);
+        }
+    for (; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512 v = _mm512_mask_loadu_ps(ninf, t, x + i);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        m[0] = _mm512_max_ps(m[0], v);
+    }
+    if (nan) return op_argmax_ref(x, n);
+    const float best = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
+    const __m512 b = _mm512_set1_ps(best);
+    for (i = 0; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __mmask16 eq = _mm512_mask_cmp_ps_mask(t, _mm512_maskz_loadu_ps(t, x + i), b, _CMP_EQ_OQ);
+        if (eq) return i + __builtin_ctz(eq);
+    }
+    nm_bug(__FILE__, __LINE__, "argmax: the maximum is not in the row");
+}
+
 void avx512_fill_act(struct kern_isa *t) {
     t->quantize_act_q8x = quantize_act_q8x_avx512;
     t->swiglu = swiglu_avx512;
+    t->argmax = argmax_avx512;
 }
