@@ -178,3 +178,13 @@ void kern_matmul_ref(const struct weight *w, struct act *x, float *y, int64_t ld
             y[(int64_t)i * ldy + r] = vec_dot_ref(w->type, k, wd + (size_t)r * w->row_bytes, a);
     }
 }
+
+void kern_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, struct act *x, float *const *y) {
+    for (int i = 0; i < nw;) {
+        int e = i + 1;
+        while (e < nw && e - i < PK_MULTI_MAX && pk_multi_fits(w[i], w[e])) e++;
+        if (e - i > 1) pk_matmul_multi(pool, e - i, w + i, x, y + i);
+        else kern_matmul(pool, w[i], x, y[i], w[i]->n);
+        i = e;
+    }
+}

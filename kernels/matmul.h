@@ -97,6 +97,13 @@ void kern_act_quantize(struct pool *pool, struct act *x);
  * depends on m only, so every rank of a tensor-parallel job takes the same path. */
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy);
 
+/* kern_matmul of nw weights that take the same activations (y[i] = W[i] x, ldy w[i]->n: the
+ * q, k and v projections; gate and up), each row the bits kern_matmul gives it. Packed weights
+ * of one layout, type and row length next to each other run in one pool run, their row groups
+ * shared out together, the activations prepared once: fewer waits for the pool (a decode step of
+ * a small model pays one per call) and no threads idle on a matrix of few row groups (k, v). */
+void kern_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, struct act *x, float *const *y);
+
 /* A canonical chunk of a row-parallel matmul's input columns (see rank/model/shard.h, "Exactness"):
  * the weight columns [w0, w1) it reads (whole blocks of the weight's type) and the activation
  * columns [a0, a1) it keeps (w0 <= a0 < a1 <= w1; the others count as zero; multiples of 32). */

@@ -12,6 +12,13 @@
 void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                int n_chunks, float *yf, double *yd, int64_t ldy);
 
+/* pk_matmul of up to PK_MULTI_MAX weights (unchunked, y[i] with ldy w[i]->n) that share x, in one
+ * pool run (kern_matmul_multi): each row gets the bits pk_matmul gives it. The weights must
+ * fit together (pk_multi_fits: one packed layout, type and k). */
+#define PK_MULTI_MAX 4
+bool pk_multi_fits(const struct weight *a, const struct weight *b);
+void pk_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, struct act *x, float *const *y);
+
 /* Whether pk_matmul takes this ROWS-layout weight for m rows: a block decoder type when the
  * bf16 tiles are allowed and chosen (kern_matmul_allow_bf16_tiles; AMX, its emulation, or the
  * plain-C twin where a test forces those paths). kern_matmul and kern_matmul_chunked_f64 ask. */

@@ -172,6 +172,14 @@ struct pk_job {
 
 static void pk_range(const struct pk_job *j, long lo, long hi);
 
+/* Row groups a thread claims at a time (pk_worker): none for the GEMV or without a pool (an
+ * even split), else about 4 claims per thread, an even count of groups, at most 16. */
+static long pk_claim(const struct pool *pool, int m, int64_t n_groups) {
+    if (!pool || m <= 1) return 0;
+    long c = (long)NM_MIN((int64_t)16, NM_MAX((int64_t)2, n_groups / (4 * pool_size(pool))));
+    return c + (c & 1);
+}
+
 /* Row groups to threads. The GEMV (m = 1) splits them evenly once: each thread streams its own
  * rows. Larger m claims them a batch at a time from a shared counter, so a thread that runs
  * slower (a busy neighbour on a shared host, a core at a lower clock) takes fewer batches
@@ -307,8 +315,16 @@ static uint8_t *pk_act_tiles(struct pool *pool, const uint8_t *src, size_t sstri
     return j.dst;
 }
 
-void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
-               int n_chunks, float *yf, double *yd, int64_t ldy) {
+/* What pk_prepare allocated for a job, freed by pk_release. */
+struct pk_tmp {
+    uint8_t **masked, **ctiled;
+};
+
+/* The job of one packed weight times x (pk_matmul's contract), up to its pool run: the kernel
+ * chosen for m, the activations prepared (quantized, padded, in tile order), the chunks'
+ * pointers; false when there is nothing to compute (m or n is 0). */
+static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
+                       int n_chunks, float *yf, double *yd, int64_t ldy, struct pk_job *out, struct pk_tmp *tmp) {
     NM_ASSERT(w != NULL && x != NULL);
     const enum dtype t = w->type;
     /* a ROWS-layout block type on the bf16 tiles (pk_takes_rows): groups of 16 GGUF rows */
@@ -323,7 +339,8 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
     NM_ASSERT(x->k == w->k && x->m >= 0 && w->n >= 0 && ldy >= w->n && n_chunks >= 0);
     NM_ASSERT(x->m == 0 || x->f32 != NULL);
     NM_ASSERT(chunks ? yd != NULL : yf != NULL);
-    if (x->m == 0 || w->n == 0) return;
+    *tmp = (struct pk_tmp){0};
+    if (x->m == 0 || w->n == 0) return false;
     bool amx, bf;
     struct pk_job j = {.w = w, .m = x->m, .n_groups = pk_groups(w->n), .yf = yf, .yd = yd, .ldy = ldy,
                        .chunks = chunks, .n_chunks = n_chunks, .codec = codec};
@@ -427,20 +444,99 @@ void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const s
             }
         }
     }
-    if (pool && x->m > 1) { /* about 4 claims per thread, an even count of groups, at most 16 */
-        j.claim = (long)NM_MIN((int64_t)16, NM_MAX((int64_t)2, j.n_groups / (4 * pool_size(pool))));
-        j.claim += j.claim & 1;
-        atomic_init(&j.next, 0);
+    j.claim = pk_claim(pool, x->m, j.n_groups);
+    atomic_init(&j.next, 0);
+    tmp->masked = masked;
+    tmp->ctiled = ctiled;
+    *out = j;
+    return true;
+}
+
+static void pk_release(struct pk_job *j, struct pk_tmp *tmp) {
+    free(j->chunk_end);
+    for (int c = 0; tmp->ctiled && c < j->n_chunks; c++) nm_free(tmp->ctiled[c]);
+    free(tmp->ctiled);
+    if (j->chunks) {
+        for (int c = 0; c < j->n_chunks; c++) nm_free(tmp->masked[c]);
+        free(tmp->masked);
+        free(j->cact);
+        free(j->cas);
     }
+}
+
+void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
+               int n_chunks, float *yf, double *yd, int64_t ldy) {
+    struct pk_job j;
+    struct pk_tmp tmp;
+    if (!pk_prepare(pool, w, x, chunks, n_chunks, yf, yd, ldy, &j, &tmp)) return;
     if (pool) pool_run(pool, pk_worker, &j);
     else pk_worker(&j, 0, 1);
-    free(j.chunk_end);
-    for (int c = 0; ctiled && c < n_chunks; c++) nm_free(ctiled[c]);
-    free(ctiled);
-    if (chunks) {
-        for (int c = 0; c < n_chunks; c++) nm_free(masked[c]);
-        free(masked);
-        free(j.cact);
-        free(j.cas);
+    pk_release(&j, &tmp);
+}
+
+/* Several weights of one type and layout times the same x in one pool run (pk_matmul_multi): the
+ * weights' row groups end to end, split or claimed as one job's (pk_worker), each group computed
+ * by its weight's job as pk_matmul would (the same kernel and arguments: the same bits). */
+struct pk_multi {
+    struct pk_job *jobs;
+    int n;
+    long start[PK_MULTI_MAX + 1]; /* the first group of each weight in the joint numbering */
+    long claim;
+    atomic_long next;
+};
+
+static void pk_multi_range(const struct pk_multi *mj, long lo, long hi) {
+    for (int i = 0; i < mj->n && lo < hi; i++) {
+        const long a = NM_MAX(lo, mj->start[i]), b = NM_MIN(hi, mj->start[i + 1]);
+        if (a < b) pk_range(&mj->jobs[i], a - mj->start[i], b - mj->start[i]);
     }
+}
+
+static void pk_multi_worker(void *ctx, int ith, int nth) {
+    struct pk_multi *mj = ctx;
+    const long total = mj->start[mj->n];
+    if (mj->claim <= 0) {
+        long lo, hi;
+        pool_split(total, 2, ith, nth, &lo, &hi);
+        pk_multi_range(mj, lo, hi);
+        return;
+    }
+    for (;;) {
+        const long lo = atomic_fetch_add_explicit(&mj->next, mj->claim, memory_order_relaxed);
+        if (lo >= total) return;
+        pk_multi_range(mj, lo, NM_MIN(lo + mj->claim, total));
+    }
+}
+
+bool pk_multi_fits(const struct weight *a, const struct weight *b) {
+    return a->layout != WEIGHT_LAYOUT_ROWS && a->layout == b->layout && a->type == b->type && a->k == b->k;
+}
+
+void pk_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, struct act *x, float *const *y) {
+    NM_ASSERT(nw >= 1 && nw <= PK_MULTI_MAX);
+    for (int i = 1; i < nw; i++) NM_ASSERT(pk_multi_fits(w[0], w[i]));
+    struct pk_job jobs[PK_MULTI_MAX];
+    struct pk_tmp tmp;
+    /* the activations are prepared once, for the first weight: the others read the same bytes
+     * (same type, layout and k: the same kernel choice and preparation) */
+    if (!pk_prepare(pool, w[0], x, NULL, 0, y[0], NULL, w[0]->n, &jobs[0], &tmp)) {
+        for (int i = 1; i < nw; i++) pk_matmul(pool, w[i], x, NULL, 0, y[i], NULL, w[i]->n);
+        return;
+    }
+    struct pk_multi mj = {.jobs = jobs, .n = nw};
+    for (int i = 0; i < nw; i++) {
+        if (i > 0) {
+            jobs[i] = jobs[0];
+            jobs[i].w = w[i];
+            jobs[i].n_groups = pk_groups(w[i]->n);
+            jobs[i].yf = y[i];
+            jobs[i].ldy = w[i]->n;
+        }
+        mj.start[i + 1] = mj.start[i] + (long)jobs[i].n_groups;
+    }
+    mj.claim = pk_claim(pool, x->m, mj.start[nw]);
+    atomic_init(&mj.next, 0);
+    if (pool) pool_run(pool, pk_multi_worker, &mj);
+    else pk_multi_worker(&mj, 0, 1);
+    pk_release(&jobs[0], &tmp);
 }

@@ -487,6 +487,20 @@ static void matmul(struct engine *e, const struct weight *w, struct act *in, flo
     phase_end(e, ENGINE_PH_MATMUL, t0);
 }
 
+/* y[i] = W[i] in for weights that share their input (q, k, v; gate, up): one kern_matmul_multi
+ * (the same bits as one matmul each), or one matmul each where oneDNN may take one. */
+static void matmul_shared_input(struct engine *e, int nw, const struct weight *const *w, struct act *in,
+                                float *const *y) {
+    for (int i = 0; i < nw; i++)
+        if (e->onednn && onednn_worth(e, w[i], in->m)) {
+            for (int k = 0; k < nw; k++) matmul(e, w[k], in, y[k]);
+            return;
+        }
+    const uint64_t t0 = phase_begin();
+    kern_matmul_multi(e->pool, nw, w, in, y);
+    phase_end(e, ENGINE_PH_MATMUL, t0);
+}
+
 static struct act act_of(struct engine *e, const float *x, int n, int64_t k) {
     return (struct act){.m = n, .k = k, .f32 = x, .q8 = e->q8, .q8_ready = false};
 }
@@ -679,9 +693,8 @@ static void attention_block(struct engine *e, int il, int n) {
                   vd = e->n_head_kv_l * c->head_dim_v;
 
     struct act in = act_of(e, e->xn, n, c->n_embd);
-    matmul(e, &L->wq, &in, e->q);
-    matmul(e, &L->wk, &in, e->k);
-    matmul(e, &L->wv, &in, e->v);
+    matmul_shared_input(e, 3, (const struct weight *const[]){&L->wq, &L->wk, &L->wv}, &in,
+                        (float *const[]){e->q, e->k, e->v});
     add_bias(e->q, L->bq, n, qd);
     add_bias(e->k, L->bk, n, kd);
     add_bias(e->v, L->bv, n, vd);
@@ -706,8 +719,8 @@ static void ffn_block(struct engine *e, int il, int n) {
     const struct model_config *c = &e->m->cfg;
     const struct layer_weights *L = &e->m->layers[il];
     struct act in = act_of(e, e->xn, n, c->n_embd);
-    matmul(e, &L->w_gate, &in, e->gate);
-    matmul(e, &L->w_up, &in, e->up);
+    matmul_shared_input(e, 2, (const struct weight *const[]){&L->w_gate, &L->w_up}, &in,
+                        (float *const[]){e->gate, e->up});
     swiglu_rows(e, e->gate, e->up, n, e->n_ff_l);
     struct act hid = act_of(e, e->gate, n, e->n_ff_l);
     matmul_rowpar_allreduce(e, &L->w_down, &hid, e->down_chunks, e->n_down_chunks, e->proj);
@@ -767,8 +780,8 @@ static void moe_block(struct engine *e, int il, int n) {
         const float *w = e->exp_w + x * e->n_batch;
         for (int i = 0; i < m; i++) memcpy(e->xg + (int64_t)i * E, e->xn + (int64_t)tok[i] * E, (size_t)E * sizeof(float));
         struct act xg = act_of(e, e->xg, m, E);
-        matmul(e, &L->gate_exps[x], &xg, e->gate);
-        matmul(e, &L->up_exps[x], &xg, e->up);
+        matmul_shared_input(e, 2, (const struct weight *const[]){&L->gate_exps[x], &L->up_exps[x]}, &xg,
+                            (float *const[]){e->gate, e->up});
         swiglu_rows(e, e->gate, e->up, m, e->n_ff_l);
         struct act hid = act_of(e, e->gate, m, e->n_ff_l);
         kern_matmul_chunked_f64(e->pool, &L->down_exps[x], &hid, e->down_chunks, e->n_down_chunks, e->exp_part, E);

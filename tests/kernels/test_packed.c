@@ -585,6 +585,50 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
     free(af);
 }
 
+/* kern_matmul_multi: three weights of type t (n of 1..90 rows, one k) and a fourth of another
+ * packed type, times the same m rows, against one kern_matmul each: the same bits on every path
+ * this CPU has (the weights of one type in one pool run, the other one apart). */
+static void test_multi(krng *r, struct pool *pool, enum dtype t, enum dtype other, int64_t k, int m) {
+    enum { NW = 4 };
+    struct pk_case pc[NW];
+    struct weight w[NW];
+    for (int i = 0; i < NW; i++) {
+        pk_case_init(&pc[i], r, pool, i < NW - 1 ? t : other, k, 1 + krng_int(r, 90), m);
+        w[i] = pc[i].wp;
+    }
+    enum kern_path paths[5];
+    int np = 0;
+    paths[np++] = KERN_PATH_AUTO;
+    paths[np++] = KERN_PATH_REF;
+    if (g_have_vnni) paths[np++] = KERN_PATH_VNNI, paths[np++] = KERN_PATH_AMX_EMU;
+    if (g_have_amx) paths[np++] = KERN_PATH_AMX;
+    block_q8x *q8 = malloc(act_q8_bytes(m, k) + 1);
+    for (int p = 0; p < np; p++) {
+        float *one[NW], *multi[NW];
+        kern_matmul_force_path(paths[p]);
+        for (int i = 0; i < NW; i++) {
+            struct act xa = {.m = m, .k = k, .f32 = pc[0].x, .q8 = q8};
+            one[i] = malloc((size_t)m * w[i].n * 4);
+            multi[i] = malloc((size_t)m * w[i].n * 4 + 64);
+            kern_matmul(pool, &w[i], &xa, one[i], w[i].n);
+            kguard_fill(multi[i] + (size_t)m * w[i].n, 16);
+        }
+        struct act xa = {.m = m, .k = k, .f32 = pc[0].x, .q8 = q8};
+        kern_matmul_multi(pool, NW, (const struct weight *const[]){&w[0], &w[1], &w[2], &w[3]}, &xa, multi);
+        kern_matmul_force_path(KERN_PATH_AUTO);
+        for (int i = 0; i < NW; i++) {
+            if (memcmp(one[i], multi[i], (size_t)m * w[i].n * 4) != 0 || kguard_count_bad(multi[i] + (size_t)m * w[i].n, 16))
+                ktest_fail("kern_matmul_multi %s (+ %s) k=%" PRId64 " m=%d threads=%d path %s: weight %d (n=%" PRId64
+                           ") differs from kern_matmul", dtype_get(t)->name, dtype_get(other)->name, k, m,
+                           pool_size(pool), path_name(paths[p]), i, w[i].n);
+            free(one[i]);
+            free(multi[i]);
+        }
+    }
+    free(q8);
+    for (int i = 0; i < NW; i++) pk_case_free(&pc[i]);
+}
+
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
     const char *only = NULL;
@@ -623,6 +667,18 @@ int main(int argc, char **argv) {
                 if (ktest_failures > 20) goto done;
             }
             if (!amx_only) test_chunked(&r, pool, t, k_types[ti].tol, false);
+            if (!amx_only) { /* with a weight of another type of the same block length: run apart */
+                const enum dtype other = blk == 1    ? (t == DTYPE_F16 ? DTYPE_BF16 : DTYPE_F16)
+                                         : blk == 32 ? (t == DTYPE_Q8_0 ? DTYPE_Q4_0 : DTYPE_Q8_0)
+                                                     : (t == DTYPE_Q4_K ? DTYPE_Q6_K : DTYPE_Q4_K);
+                static const int k_mm[] = {1, 5, 16, 40};
+                for (size_t mi = 0; mi < NM_ARRAY_LEN(k_mm); mi++) {
+                    const int64_t kk = blk == 1    ? 1 + krng_int(&r, 200)
+                                       : blk == 32 ? 32 * (1 + krng_int(&r, 40))
+                                                   : 256 * (1 + krng_int(&r, 3));
+                    test_multi(&r, pool, t, other, kk, k_mm[mi]);
+                }
+            }
             { /* K of several tile-kernel slabs (64 blocks each), m of several tiles */
                 const int64_t kb = blk == 1    ? 32 * (130 + krng_int(&r, 100)) + krng_int(&r, 32)
                                    : blk == 32 ? 32 * (130 + krng_int(&r, 100))
