@@ -6,7 +6,8 @@
 # llama.cpp's own llama-quantize into each MIX with an importance matrix from llama-imatrix, so
 # the files carry llama.cpp's per-tensor type choices and fallbacks; for each, llama.cpp's logits
 # (llama_logits.cpp, the shared files' prompt of 20 ids and 8 greedy steps) and the float64
-# reference's (tests/reference/ref.py, the "exact" logits), then tests/model/quant_hub.py on it:
+# reference's (tests/reference/ref.py, the "exact" logits; in an MoE it takes numallm's side of
+# a router near-tie, as the model_vs_ref tests do), then tests/model/quant_hub.py on it:
 # numallm on 1 rank and, with NM_MPIRUN set (e.g. "mpirun --oversubscribe"), on 2, batched and
 # token by token. LLAMA_SRC: a llama.cpp checkout (its include/ and ggml/include/); LLAMA_BUILD:
 # its CMake build with llama-quantize and llama-imatrix built (bin/, and the shared libraries).
@@ -14,7 +15,7 @@
 # RESULTS.md records its runs.
 set -u
 if [ $# -lt 6 ]; then
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 SRC=$1 BLD=$2 NUMALLM=$3 OUT=$4 PRESET=$5
@@ -48,7 +49,16 @@ for mix in "$@"; do
     "$DUMP" "$OUT/$n.gguf" "$OUT/$n.p20s8.lgt" 8 "$IDS" > "$OUT/$n.p20s8.txt" 2> "$OUT/$n.llama.log" ||
         { echo "$n: llama.cpp's logits failed (see $OUT/$n.llama.log)"; failed=1; continue; }
     toks=$(sed -n 's/^# tokens: //p' "$OUT/$n.p20s8.txt" | tr ' ' ',')
-    "$PY" "$REF/ref.py" "$OUT/$n.gguf" --tokens "$toks" --out "$OUT/$n.exact.nmlg" 2> "$OUT/$n.ref.log" ||
+    # MoE: the reference takes numallm's side of a router near-tie (ref.py --engine-routes, within
+    # 2% of the router logits' spread; as the model_vs_ref tests do): numallm's choices from a run
+    # with --dump-layers (every run of quant_hub.py routes the same, batch and rank invariance)
+    routes=()
+    rm -rf "$OUT/work/$n.layers"
+    if "$NUMALLM" run -m "$OUT/$n.gguf" --tokens "$toks" -n 0 -ctk f32 -t 1 --dump-layers "$OUT/work/$n.layers" \
+        > "$OUT/$n.layers.log" 2>&1 && [ -f "$OUT/work/$n.layers/routes.txt" ]; then
+        routes=(--engine-routes "$OUT/work/$n.layers/routes.txt")
+    fi
+    "$PY" "$REF/ref.py" "$OUT/$n.gguf" --tokens "$toks" "${routes[@]}" --out "$OUT/$n.exact.nmlg" 2> "$OUT/$n.ref.log" ||
         { echo "$n: the reference failed (see $OUT/$n.ref.log)"; failed=1; continue; }
     "$PY" - "$REF" "$OUT/$n.exact.nmlg" "$OUT/$n.p20s8.exact.lgt" <<'PY' || { echo "$n: LGT1 conversion failed"; failed=1; continue; }
 import struct, sys
