@@ -161,8 +161,6 @@ struct pk_job {
     bool act_tiles;       /* the int8 tiles: act and each cact[c] in tile order (pk_act_tiles) */
     bool bf16_tiles;      /* a quantized type on the bf16 tiles (pk_args.bf16_tiles) */
     const struct block_codec *codec; /* a ROWS-layout block type (pk_args.codec) */
-    long claim;           /* > 0: threads claim row groups this many at a time (GEMM), else a static split */
-    atomic_long next;     /* the next unclaimed row group */
     /* float activations being converted (prep job) */
     const float *src;
     int64_t k, kpad;
@@ -171,34 +169,6 @@ struct pk_job {
 };
 
 static void pk_range(const struct pk_job *j, long lo, long hi);
-
-/* Row groups a thread claims at a time (pk_worker): none for the GEMV or without a pool (an
- * even split), else about 4 claims per thread, an even count of groups, at most 16. */
-static long pk_claim(const struct pool *pool, int m, int64_t n_groups) {
-    if (!pool || m <= 1) return 0;
-    long c = (long)NM_MIN((int64_t)16, NM_MAX((int64_t)2, n_groups / (4 * pool_size(pool))));
-    return c + (c & 1);
-}
-
-/* Row groups to threads. The GEMV (m = 1) splits them evenly once: each thread streams its own
- * rows. Larger m claims them a batch at a time from a shared counter, so a thread that runs
- * slower (a busy neighbour on a shared host, a core at a lower clock) takes fewer batches
- * instead of holding up the matmul's end. Either way a row's value does not depend on which
- * thread computed it. */
-static void pk_worker(void *ctx, int ith, int nth) {
-    struct pk_job *j = ctx;
-    if (j->claim <= 0) {
-        long lo, hi;
-        pool_split((long)j->n_groups, 2, ith, nth, &lo, &hi);
-        if (lo < hi) pk_range(j, lo, hi);
-        return;
-    }
-    for (;;) {
-        const long lo = atomic_fetch_add_explicit(&j->next, j->claim, memory_order_relaxed);
-        if (lo >= j->n_groups) return;
-        pk_range(j, lo, NM_MIN(lo + j->claim, (long)j->n_groups));
-    }
-}
 
 /* Row groups [lo, hi) of the job. */
 static void pk_range(const struct pk_job *j, long lo, long hi) {
@@ -444,8 +414,6 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
             }
         }
     }
-    j.claim = pk_claim(pool, x->m, j.n_groups);
-    atomic_init(&j.next, 0);
     tmp->masked = masked;
     tmp->ctiled = ctiled;
     *out = j;
@@ -464,48 +432,63 @@ static void pk_release(struct pk_job *j, struct pk_tmp *tmp) {
     }
 }
 
+/* One pool run over the row groups of one or more jobs (several: pk_matmul_multi's weights),
+ * numbered end to end; each group is computed by its own job (pk_range). The GEMV (m = 1) splits
+ * them evenly once: each thread streams its own rows. Larger m claims them a batch at a time from
+ * a shared counter (about 4 claims per thread, an even count of groups, at most 16), so a thread
+ * that runs slower (a busy neighbour on a shared host, a core at a lower clock) takes fewer
+ * batches instead of holding up the matmul's end. Either way a row's value does not depend on
+ * which thread computed it. */
+struct pk_run {
+    const struct pk_job *jobs;
+    int n;
+    long start[PK_MULTI_MAX + 1]; /* the first group of each job in the joint numbering */
+    long claim;                   /* > 0: groups per claim; 0: the even split */
+    atomic_long next;             /* the next unclaimed group */
+};
+
+static void pk_run_range(const struct pk_run *r, long lo, long hi) {
+    for (int i = 0; i < r->n && lo < hi; i++) {
+        const long a = NM_MAX(lo, r->start[i]), b = NM_MIN(hi, r->start[i + 1]);
+        if (a < b) pk_range(&r->jobs[i], a - r->start[i], b - r->start[i]);
+    }
+}
+
+static void pk_run_worker(void *ctx, int ith, int nth) {
+    struct pk_run *r = ctx;
+    const long total = r->start[r->n];
+    if (r->claim <= 0) {
+        long lo, hi;
+        pool_split(total, 2, ith, nth, &lo, &hi);
+        pk_run_range(r, lo, hi);
+        return;
+    }
+    for (;;) {
+        const long lo = atomic_fetch_add_explicit(&r->next, r->claim, memory_order_relaxed);
+        if (lo >= total) return;
+        pk_run_range(r, lo, NM_MIN(lo + r->claim, total));
+    }
+}
+
+static void pk_run_jobs(struct pool *pool, const struct pk_job *jobs, int n, int m) {
+    struct pk_run r = {.jobs = jobs, .n = n};
+    for (int i = 0; i < n; i++) r.start[i + 1] = r.start[i] + (long)jobs[i].n_groups;
+    if (pool && m > 1) {
+        r.claim = (long)NM_MIN((int64_t)16, NM_MAX((int64_t)2, r.start[n] / (4 * pool_size(pool))));
+        r.claim += r.claim & 1;
+    }
+    atomic_init(&r.next, 0);
+    if (pool) pool_run(pool, pk_run_worker, &r);
+    else pk_run_worker(&r, 0, 1);
+}
+
 void pk_matmul(struct pool *pool, const struct weight *w, struct act *x, const struct kern_chunk *chunks,
                int n_chunks, float *yf, double *yd, int64_t ldy) {
     struct pk_job j;
     struct pk_tmp tmp;
     if (!pk_prepare(pool, w, x, chunks, n_chunks, yf, yd, ldy, &j, &tmp)) return;
-    if (pool) pool_run(pool, pk_worker, &j);
-    else pk_worker(&j, 0, 1);
+    pk_run_jobs(pool, &j, 1, x->m);
     pk_release(&j, &tmp);
-}
-
-/* Several weights of one type and layout times the same x in one pool run (pk_matmul_multi): the
- * weights' row groups end to end, split or claimed as one job's (pk_worker), each group computed
- * by its weight's job as pk_matmul would (the same kernel and arguments: the same bits). */
-struct pk_multi {
-    struct pk_job *jobs;
-    int n;
-    long start[PK_MULTI_MAX + 1]; /* the first group of each weight in the joint numbering */
-    long claim;
-    atomic_long next;
-};
-
-static void pk_multi_range(const struct pk_multi *mj, long lo, long hi) {
-    for (int i = 0; i < mj->n && lo < hi; i++) {
-        const long a = NM_MAX(lo, mj->start[i]), b = NM_MIN(hi, mj->start[i + 1]);
-        if (a < b) pk_range(&mj->jobs[i], a - mj->start[i], b - mj->start[i]);
-    }
-}
-
-static void pk_multi_worker(void *ctx, int ith, int nth) {
-    struct pk_multi *mj = ctx;
-    const long total = mj->start[mj->n];
-    if (mj->claim <= 0) {
-        long lo, hi;
-        pool_split(total, 2, ith, nth, &lo, &hi);
-        pk_multi_range(mj, lo, hi);
-        return;
-    }
-    for (;;) {
-        const long lo = atomic_fetch_add_explicit(&mj->next, mj->claim, memory_order_relaxed);
-        if (lo >= total) return;
-        pk_multi_range(mj, lo, NM_MIN(lo + mj->claim, total));
-    }
 }
 
 bool pk_multi_fits(const struct weight *a, const struct weight *b) {
@@ -523,20 +506,13 @@ void pk_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, s
         for (int i = 1; i < nw; i++) pk_matmul(pool, w[i], x, NULL, 0, y[i], NULL, w[i]->n);
         return;
     }
-    struct pk_multi mj = {.jobs = jobs, .n = nw};
-    for (int i = 0; i < nw; i++) {
-        if (i > 0) {
-            jobs[i] = jobs[0];
-            jobs[i].w = w[i];
-            jobs[i].n_groups = pk_groups(w[i]->n);
-            jobs[i].yf = y[i];
-            jobs[i].ldy = w[i]->n;
-        }
-        mj.start[i + 1] = mj.start[i] + (long)jobs[i].n_groups;
+    for (int i = 1; i < nw; i++) {
+        jobs[i] = jobs[0];
+        jobs[i].w = w[i];
+        jobs[i].n_groups = pk_groups(w[i]->n);
+        jobs[i].yf = y[i];
+        jobs[i].ldy = w[i]->n;
     }
-    mj.claim = pk_claim(pool, x->m, mj.start[nw]);
-    atomic_init(&mj.next, 0);
-    if (pool) pool_run(pool, pk_multi_worker, &mj);
-    else pk_multi_worker(&mj, 0, 1);
+    pk_run_jobs(pool, jobs, nw, x->m);
     pk_release(&jobs[0], &tmp);
 }

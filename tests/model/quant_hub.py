@@ -108,6 +108,10 @@ def main():
         runs = [("-ngl %s, -b 512" % ngl, 1, 512), ("-ngl %s, -b 1" % ngl, 1, 1)]
     elif mpirun:
         runs += [("2 ranks, -b 512", 2, 512), ("2 ranks, -b 1", 2, 1)]
+    llama_rows, exact_rows = refs["llama.cpp"][1], refs["exact"][1]
+    # per row: the references' own distance, beyond the bounds where they took different sides
+    # of a near-tie of the model (in an MoE, the router's top-k); the same for every run
+    between = [compare_row(lr[2], er[2]) for lr, er in zip(llama_rows, exact_rows)]
     failed = False
     for label, np_, batch in runs:
         out = os.path.join(work, "logits_np%d_b%d.bin" % (np_, batch))
@@ -124,10 +128,6 @@ def main():
             failed = True
             continue
         n_vocab, ours = read_nmlg(out)
-        llama_rows, exact_rows = refs["llama.cpp"][1], refs["exact"][1]
-        # per row: the references' own distance, beyond the bounds where they took different
-        # sides of a near-tie of the model (in an MoE, the router's top-k)
-        between = [compare_row(lr[2], er[2]) for lr, er in zip(llama_rows, exact_rows)]
         for ref_name, (ref_vocab, ref_rows) in refs.items():
             if ref_vocab != n_vocab or len(ref_rows) != len(ours):
                 print("FAIL %s %s: %d rows of %d logits, %s has %d of %d" % (name, label, len(ours), n_vocab, ref_name,
