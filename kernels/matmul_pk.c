@@ -72,65 +72,82 @@ int kern_matmul_bf16_min_m(enum dtype type) {
 }
 
 typedef void (*pk_fn)(const struct pk_args *);
-static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks);
+/* Which row-parallel chunks a kernel takes in one call (pk_args.chunk_end): none; chunks that end
+ * on unit boundaries; or chunks that end on any 32-column block (a chunk may then share a unit
+ * with the next, as attn_output's heads of 64 or 128 columns share a K-quant's 256-column unit). */
+enum pk_chunks { PK_CHUNKS_NONE, PK_CHUNKS_UNITS, PK_CHUNKS_BLOCKS };
+static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks *chunks);
 
 bool pk_takes_rows(const struct weight *w, int m) {
     if (w->layout != WEIGHT_LAYOUT_ROWS || !block_codec_get(w->type) || !g_bf16_tiles) return false;
-    bool amx, bf, chunks;
+    bool amx, bf;
+    enum pk_chunks chunks;
     pk_choose(w->type, m, &amx, &bf, &chunks);
     return bf;
 }
 
 /* The kernel for type t and m activation rows; *amx: it is the tile kernel (real or emulated);
  * *bf: it reads bf16 activations (the bf16 tiles: F16/BF16, or a quantized type allowed them);
- * *chunks: it takes a row-parallel matmul's chunks in one call (pk_args.chunk_end): the tiles,
- * and the AVX-512 GEMV (m = 1) of every type but F16. Without AVX-512 the ISA's own kernel
- * (avx2 or ref) runs every m. */
-static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, bool *chunks) {
+ * *chunks: the row-parallel chunks it takes in one call (pk_args.chunk_end): the tiles, ending on
+ * any block; the AVX-512 GEMV (m = 1) of every type but F16, ending on units; the AVX2 GEMV of
+ * the quantized types, ending on any block. Without AVX-512 the ISA's own kernel (avx2 or ref)
+ * runs every m. */
+static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks *chunks) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const struct cpu_features *f = cpu_features_get();
     const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
     const bool bf_q = !fl && g_bf16_tiles && m >= kern_matmul_bf16_min_m(t); /* a quantized type on bf16 tiles */
-    const bool gemv_chunks = m == 1 && t != DTYPE_F16;
+    const enum pk_chunks gemv512 = m == 1 && t != DTYPE_F16 ? PK_CHUNKS_UNITS : PK_CHUNKS_NONE;
+    const enum pk_chunks gemv2 = m == 1 && !fl ? PK_CHUNKS_BLOCKS : PK_CHUNKS_NONE;
     *amx = false;
     *bf = false;
-    *chunks = false;
+    *chunks = PK_CHUNKS_NONE;
     switch (g_path) {
     case KERN_PATH_AUTO:
         if (amx_ok && bf_q && cpu_has_amx_bf16(f)) {
-            *amx = *bf = *chunks = true;
+            *amx = *bf = true;
+            *chunks = PK_CHUNKS_BLOCKS;
             return pk_gemm_amx;
         }
         if (amx_ok && m >= kern_matmul_amx_min_m(t)) {
-            *amx = *chunks = true;
+            *amx = true;
+            *chunks = PK_CHUNKS_BLOCKS;
             *bf = fl;
             return pk_gemm_amx;
         }
-        *chunks = gemv_chunks && isa_is_avx512();
-        /* the planner packs a type for the avx2 path only where it has the kernel; a weight
-         * packed anyway (a test's) runs on the reference */
-        if (!isa_is_avx512() && strcmp(kern_isa_get()->name, "avx2") == 0 && !kern_isa_avx2_has_packed(t))
-            return pk_gemm_ref;
+        if (isa_is_avx512()) {
+            *chunks = gemv512;
+            return kern_isa_get()->pk_gemm;
+        }
+        if (strcmp(kern_isa_get()->name, "avx2") == 0) {
+            /* the planner packs a type for the avx2 path only where it has the kernel; a weight
+             * packed anyway (a test's) runs on the reference */
+            if (!kern_isa_avx2_has_packed(t)) return pk_gemm_ref;
+            *chunks = gemv2;
+        }
         return kern_isa_get()->pk_gemm;
     case KERN_PATH_VNNI: {
         const struct kern_isa *isa = kern_isa_find("avx512", NULL);
         NM_ASSERT(isa != NULL); /* forced VNNI on a CPU without the avx512 path */
-        *chunks = gemv_chunks;
+        *chunks = gemv512;
         return isa->pk_gemm;
     }
     case KERN_PATH_AVX2: {
         const struct kern_isa *isa = kern_isa_find("avx2", NULL);
         NM_ASSERT(isa != NULL); /* forced AVX2 on a CPU without the avx2 path */
+        *chunks = gemv2;
         return isa->pk_gemm;
     }
     case KERN_PATH_AMX:
         NM_ASSERT(amx_ok); /* forced AMX on a CPU (or OS) without it */
-        *amx = *chunks = true;
+        *amx = true;
+        *chunks = PK_CHUNKS_BLOCKS;
         *bf = fl || bf_q;
         return pk_gemm_amx;
     case KERN_PATH_AMX_EMU:
         NM_ASSERT(kern_isa_find("avx512", NULL) != NULL);
-        *amx = *chunks = true;
+        *amx = true;
+        *chunks = PK_CHUNKS_BLOCKS;
         *bf = fl || bf_q;
         return pk_gemm_amx_emu;
     case KERN_PATH_REF:
@@ -156,8 +173,8 @@ struct pk_job {
     int unit_cols;
     const uint8_t **cact; /* per chunk: activation row 0 at the chunk's first unit */
     size_t *cas;
-    int32_t *chunk_end;   /* the chunks end to end over all of K, unmasked, on the int8 tiles: the
-                             kernel takes them in one call (pk_args.chunk_end), else NULL */
+    int32_t *chunk_end;   /* the chunks end to end over all of K, which the kernel takes in one
+                             call (pk_args.chunk_end; pk_choose), else NULL */
     bool act_tiles;       /* the int8 tiles: act and each cact[c] in tile order (pk_act_tiles) */
     bool bf16_tiles;      /* a quantized type on the bf16 tiles (pk_args.bf16_tiles) */
     const struct block_codec *codec; /* a ROWS-layout block type (pk_args.codec) */
@@ -325,7 +342,7 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
         j.n_units = pk_units(t, w->k);
         j.group_stride = (size_t)j.n_units * j.unit_bytes;
     }
-    bool takes_chunks;
+    enum pk_chunks takes_chunks;
     j.fn = pk_choose(t, x->m, &amx, &bf, &takes_chunks);
     NM_ASSERT(!codec || bf);
     const bool q8 = dtype_uses_q8x(t) && !bf; /* else f32 rows, or bf16 rows for the bf16 tiles */
@@ -352,19 +369,38 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
         }
         j.act_stride = (size_t)kpad * esize;
     }
-    /* chunks: activation pointers, masked copies where a chunk keeps a sub-range */
-    uint8_t **masked = NULL;
+    /* Chunks that cover K end to end go to a kernel that takes them (pk_choose) in one call, with
+     * neither pointers nor masked copies: each ending on a unit (PK_CHUNKS_UNITS, and unmasked),
+     * or on any 32-column block (PK_CHUNKS_BLOCKS: a chunk's partial is then the sum of its blocks
+     * [a0, a1), whichever unit they share with the chunks beside it, as a masked copy gives). */
     if (chunks) {
         const struct dtype_info *ti = dtype_get((uint32_t)t);
-        j.cact = calloc((size_t)n_chunks + 1, sizeof *j.cact);
-        j.cas = calloc((size_t)n_chunks + 1, sizeof *j.cas);
-        masked = calloc((size_t)n_chunks + 1, sizeof *masked);
-        NM_ASSERT(j.cact && j.cas && masked);
+        bool one = takes_chunks != PK_CHUNKS_NONE && n_chunks > 0 && chunks[0].a0 == 0 &&
+                   chunks[n_chunks - 1].a1 == w->k && j.n_units * j.unit_cols == w->k;
         for (int c = 0; c < n_chunks; c++) {
             const struct kern_chunk *ch = &chunks[c];
             NM_ASSERT(0 <= ch->w0 && ch->w0 <= ch->a0 && ch->a0 < ch->a1 && ch->a1 <= ch->w1 && ch->w1 <= w->k);
             NM_ASSERT(ch->w0 % j.unit_cols == 0 && (ch->w1 % j.unit_cols == 0 || ch->w1 == w->k));
             NM_ASSERT(ch->w0 % ti->blck_size == 0);
+            one = one && ch->a1 % 32 == 0 && (c == 0 || ch->a0 == chunks[c - 1].a1) &&
+                  (takes_chunks == PK_CHUNKS_BLOCKS || (ch->a0 == ch->w0 && ch->a1 == ch->w1));
+        }
+        if (one) {
+            j.chunk_end = malloc((size_t)n_chunks * sizeof *j.chunk_end);
+            NM_ASSERT(j.chunk_end);
+            for (int c = 0; c < n_chunks; c++) j.chunk_end[c] = (int32_t)(chunks[c].a1 / 32);
+        }
+    }
+    /* Otherwise one call per chunk: activation pointers, masked copies where a chunk keeps a
+     * sub-range of its units. */
+    uint8_t **masked = NULL;
+    if (chunks) {
+        j.cact = calloc((size_t)n_chunks + 1, sizeof *j.cact);
+        j.cas = calloc((size_t)n_chunks + 1, sizeof *j.cas);
+        masked = calloc((size_t)n_chunks + 1, sizeof *masked);
+        NM_ASSERT(j.cact && j.cas && masked);
+        for (int c = 0; c < n_chunks && !j.chunk_end; c++) {
+            const struct kern_chunk *ch = &chunks[c];
             const int64_t w1u = (ch->w1 + j.unit_cols - 1) / j.unit_cols * j.unit_cols;
 #define COLB(cols) (q8 ? (size_t)((cols) / QK8X) * sizeof(block_q8x) : (size_t)(cols) * esize)
             if (ch->a0 == ch->w0 && ch->a1 == ch->w1) {
@@ -381,17 +417,6 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
 #undef COLB
             j.cact[c] = masked[c];
             j.cas[c] = cs;
-        }
-    }
-    /* Chunks that cover K end to end, unmasked, go to such a kernel in one call. */
-    if (chunks && takes_chunks) {
-        bool whole = n_chunks > 0 && chunks[0].w0 == 0 && chunks[n_chunks - 1].w1 == w->k;
-        for (int c = 0; c < n_chunks && whole; c++)
-            whole = masked[c] == NULL && chunks[c].w1 % 32 == 0 && (c == 0 || chunks[c].w0 == chunks[c - 1].w1);
-        if (whole) {
-            j.chunk_end = malloc((size_t)n_chunks * sizeof *j.chunk_end);
-            NM_ASSERT(j.chunk_end);
-            for (int c = 0; c < n_chunks; c++) j.chunk_end[c] = (int32_t)(chunks[c].w1 / 32);
         }
     }
     /* ... and reads its activations in tile order: one copy for all of K, or one per chunk. */

@@ -20,7 +20,9 @@
  * with the f32 activations, each row's even and odd columns in two chains summed at the end,
  * as pk_gemm_ref does.
  *
- * GEMV: both halves of each unit in one pass, so each weight line is read once from memory.
+ * GEMV: both halves of each unit in one pass, so each weight line is read once from memory. It
+ * takes a row-parallel matmul's chunks in one call (pk_args.chunk_end), ending on any 32-column
+ * block: a chunk's f32 partial goes to yd in double where it ends, even inside a unit.
  * GEMM: a tile is one half (8 rows) x up to 4 (quantized) or 6 (float) activation rows over
  * all of K, the group's bytes reread from L1/L2 for each tile. */
 #include <immintrin.h>
@@ -115,13 +117,42 @@ NM_INLINE __m256i set_pair16(int32_t lo, int32_t hi) {
     return _mm256_set1_epi32((int32_t)(((uint32_t)hi << 16) | ((uint32_t)lo & 0xFFFF)));
 }
 
+/* Store the first `rows` lanes of v at y, or (yd not NULL) add them, widened to double, to yd. */
+NM_INLINE void store_rows(float *y, double *yd, int rows, __m256 v) {
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), iota);
+    if (!yd) {
+        _mm256_maskstore_ps(y, m, v);
+        return;
+    }
+    const __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(m)), m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1));
+    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    _mm256_maskstore_pd(yd, m0, _mm256_add_pd(_mm256_maskload_pd(yd, m0), lo));
+    _mm256_maskstore_pd(yd + 4, m1, _mm256_add_pd(_mm256_maskload_pd(yd + 4, m1), hi));
+}
+
+/* Chunk ends inside a unit (pk_args.chunk_end, the GEMV): bit s of mask set when a chunk ends
+ * after sub-block s; the half's f32 partial then goes to its 8 rows of yd in double (yd points at
+ * the half's first row; rows of it exist) and restarts from 0, as a call per chunk would. */
+struct chunk_flush {
+    uint32_t mask;
+    double *yd;
+    int rows;
+};
+NM_INLINE void flush_after(const struct chunk_flush *f, int s, __m256 *acc) {
+    if (!f || !(f->mask >> s & 1)) return;
+    if (f->rows > 0) store_rows(NULL, f->yd, f->rows < 8 ? f->rows : 8, *acc);
+    *acc = _mm256_setzero_ps();
+}
+
 /* Halves [H0, H1) of one Q2_K or Q3_K unit u against C activation rows (as unit_q; acc[h][c]),
  * the halves inside the sub-block loop so that each activation block's sums serve both. Per
  * sub-block and half: the int16 sums of quads 0-3 and 4-7 (2-bit codes, or 3-bit with Q3_K's
  * third bits: at most 4 x 2 x 7 x 127) times the halves' integer scales by vpmaddwd (exact),
  * then pk_gemm_ref's f32 step(s). */
 NM_INLINE void unit_k23(const enum dtype t, const int C, const int H0, const int H1, const uint8_t *u,
-                        const uint8_t *act, size_t as, int64_t blk0, __m256 acc[2][GEMM_C]) {
+                        const uint8_t *act, size_t as, int64_t blk0, __m256 acc[2][GEMM_C],
+                        const struct chunk_flush *fl) {
     const int three = t == DTYPE_Q3_K;
     __m256 d[2], dmin[2];
     NM_UNROLL for (int h = H0; h < H1; h++) {
@@ -173,6 +204,7 @@ NM_INLINE void unit_k23(const enum dtype t, const int C, const int H0, const int
                     acc[h][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(off, lo_pair[c])),
                                                  _mm256_mul_ps(dmin[h], ad[c]), acc[h][c]);
             }
+            if (fl) flush_after(&fl[h], s, &acc[h][0]);
         }
     }
 }
@@ -180,7 +212,7 @@ NM_INLINE void unit_k23(const enum dtype t, const int C, const int H0, const int
 /* Half h of one quantized unit u against C activation rows (row c's blocks at act + c * as,
  * from block blk0): acc[c] += its f32 terms, in pk_gemm_ref's order. */
 NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_t *u, const uint8_t *act, size_t as,
-                      int64_t blk0, __m256 *acc) {
+                      int64_t blk0, __m256 *acc, const struct chunk_flush *fl) {
     __m256i q[8];
     switch (t) {
     case DTYPE_Q4_0:
@@ -208,6 +240,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
             if (m) acc[c] = _mm256_fmadd_ps(h16x8(u + m + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
         }
+        flush_after(fl, 0, acc);
         break;
     }
     case DTYPE_Q8_0: {
@@ -224,6 +257,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
             }
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
         }
+        flush_after(fl, 0, acc);
         break;
     }
     case DTYPE_Q4_K:
@@ -245,6 +279,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)), acc[c]);
                 acc[c] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
             }
+            flush_after(fl, s, acc);
         }
         break;
     }
@@ -272,6 +307,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(g0, sc0), _mm256_mullo_epi32(g1, sc1));
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[c]);
             }
+            flush_after(fl, s, acc);
         }
         break;
     }
@@ -287,6 +323,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(q, a)), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)),
                                          acc[c]);
             }
+            flush_after(fl, s, acc);
         }
         break;
     }
@@ -330,39 +367,34 @@ NM_INLINE __m256 unit_f_end(const enum dtype t, __m256 acc0, __m256 acc1) {
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(s), 0xD8));
 }
 
-/* Store the first `rows` lanes of v at y, or (yd not NULL) add them, widened to double, to yd. */
-NM_INLINE void store_rows(float *y, double *yd, int rows, __m256 v) {
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(rows), iota);
-    if (!yd) {
-        _mm256_maskstore_ps(y, m, v);
-        return;
-    }
-    const __m256i m0 = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(m)), m1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(m, 1));
-    const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-    _mm256_maskstore_pd(yd, m0, _mm256_add_pd(_mm256_maskload_pd(yd, m0), lo));
-    _mm256_maskstore_pd(yd + 4, m1, _mm256_add_pd(_mm256_maskload_pd(yd + 4, m1), hi));
-}
-
 /* Halves [H0, H1) of one row group (wg, nu units) x C activation rows, over all units; rows:
  * the group's rows that exist. */
 NM_INLINE void tile(const enum dtype t, const int C, const int H0, const int H1, const uint8_t *wg, int64_t nu,
-                    const uint8_t *act, size_t as, float *y, double *yd, int64_t ldy, int rows, int pf) {
+                    const uint8_t *act, size_t as, float *y, double *yd, int64_t ldy, int rows, int pf,
+                    const int32_t *ce, int nce) {
     const size_t ub = pk_unit_bytes(t);
     const int ublk = pk_unit_cols(t) / 32;
     const int fl = t == DTYPE_F16 || t == DTYPE_BF16;
     __m256 acc[2][GEMM_C], acc1[2][GEMM_C];
     NM_UNROLL for (int h = H0; h < H1; h++) NM_UNROLL for (int c = 0; c < C; c++) acc[h][c] = acc1[h][c] = _mm256_setzero_ps();
+    /* chunk ends (the GEMV of a quantized type, pk_args.chunk_end): the unit's in cf */
+    struct chunk_flush cf[2] = {{0, yd, rows}, {0, yd ? yd + 8 : NULL, rows - 8}};
+    const bool chunked = nce > 0;
+    NM_ASSERT(!chunked || (C == 1 && yd && !fl));
     for (int64_t un = 0; un < nu; un++) {
         const uint8_t *up = wg + (size_t)un * ub;
         if (pf > 0)
             for (size_t o = 0; o < ub; o += 64) _mm_prefetch((const char *)up + pf + o, _MM_HINT_T0);
+        uint32_t mask = 0;
+        for (; nce > 0 && *ce <= (un + 1) * ublk; ce++, nce--) mask |= 1u << (*ce - 1 - un * ublk);
+        cf[0].mask = cf[1].mask = mask;
         NM_UNROLL for (int h = H0; h < H1; h++) {
             if (fl) unit_f(t, C, h, up, act, as, 32 * un, acc[h], acc1[h]);
-            else if (t != DTYPE_Q2_K && t != DTYPE_Q3_K) unit_q(t, C, h, up, act, as, ublk * un, acc[h]);
+            else if (t != DTYPE_Q2_K && t != DTYPE_Q3_K) unit_q(t, C, h, up, act, as, ublk * un, acc[h], chunked ? &cf[h] : NULL);
         }
-        if (t == DTYPE_Q2_K || t == DTYPE_Q3_K) unit_k23(t, C, H0, H1, up, act, as, ublk * un, acc);
+        if (t == DTYPE_Q2_K || t == DTYPE_Q3_K) unit_k23(t, C, H0, H1, up, act, as, ublk * un, acc, chunked ? cf : NULL);
     }
+    if (chunked) return; /* every chunk's partial went to yd as it ended (the last ends with K) */
     NM_UNROLL for (int h = H0; h < H1; h++) {
         const int r = rows - 8 * h;
         if (r <= 0) break;
@@ -380,16 +412,20 @@ NM_INLINE void tile(const enum dtype t, const int C, const int H0, const int H1,
 static int g_pf = -1;
 
 typedef void (*tile_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,
-                        int64_t ldy, int rows);
+                        int64_t ldy, int rows, const int32_t *ce, int nce);
 #define TILE_INST(T, C, H)                                                                                          \
     static void tile_##T##_##C##_##H(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y,         \
-                                     double *yd, int64_t ldy, int rows) {                                           \
-        tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows, 0);                                            \
+                                     double *yd, int64_t ldy, int rows, const int32_t *ce, int nce) {               \
+        (void)ce, (void)nce;                                                                                        \
+        tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows, 0, NULL, 0);                                   \
     }
 #define TILE_GEMV(T)                                                                                                \
     static void tile_##T##_gemv(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,  \
-                                int64_t ldy, int rows) {                                                            \
-        tile(DTYPE_##T, 1, 0, 2, wg, nu, act, as, y, yd, ldy, rows, g_pf);                                                \
+                                int64_t ldy, int rows, const int32_t *ce, int nce) {                                \
+        if (nce > 0) /* two copies: the unchunked one without the chunk ends' checks */                              \
+            tile(DTYPE_##T, 1, 0, 2, wg, nu, act, as, y, yd, ldy, rows, g_pf, ce, nce);                                   \
+        else                                                                                                        \
+            tile(DTYPE_##T, 1, 0, 2, wg, nu, act, as, y, yd, ldy, rows, g_pf, NULL, 0);                                   \
     }
 /* the quantized types' tiles go to 4 rows, the float types' to 6 (gemm_c) */
 #define TILE_HALF_Q(T, H) TILE_INST(T, 1, H) TILE_INST(T, 2, H) TILE_INST(T, 3, H) TILE_INST(T, 4, H)
@@ -430,15 +466,18 @@ static void pk_gemm_avx2(const struct pk_args *a) {
         g_pf = e ? NM_MAX(0, atoi(e)) : PK_PREFETCH_DEFAULT;
     }
     const struct tiles *tl = &k_tiles[a->type];
-    /* neither the bf16 tiles nor the block types' rows nor chunks in one call (pk_choose) */
-    NM_ASSERT(tl->gemv != NULL && !a->bf16_tiles && !a->codec && !a->chunk_end && !a->act_tiles);
+    /* neither the bf16 tiles nor the block types' rows; chunks in one call only in the GEMV of a
+     * quantized type (pk_choose) */
+    const bool fl = a->type == DTYPE_F16 || a->type == DTYPE_BF16;
+    NM_ASSERT(tl->gemv != NULL && !a->bf16_tiles && !a->codec && !a->act_tiles);
+    NM_ASSERT(!a->chunk_end || (a->m == 1 && a->yd && !fl));
     for (int64_t g = 0; g < a->n_groups; g++) {
         const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
         const uint8_t *wg = a->w + (size_t)g * a->group_stride;
         float *y = a->yd ? NULL : a->y + g * PK_ROWS;
         double *yd = a->yd ? a->yd + g * PK_ROWS : NULL;
         if (a->m == 1) {
-            tl->gemv(wg, a->n_units, a->act, a->act_stride, y, yd, a->ldy, rows);
+            tl->gemv(wg, a->n_units, a->act, a->act_stride, y, yd, a->ldy, rows, a->chunk_end, a->chunk_end ? a->n_chunk_ends : 0);
             continue;
         }
         const int cmax = gemm_c(a->type);
@@ -447,7 +486,7 @@ static void pk_gemm_avx2(const struct pk_args *a) {
                 const int cc = NM_MIN(cmax, a->m - c0);
                 const int64_t o = (int64_t)c0 * a->ldy;
                 tl->gemm[h][cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride, y ? y + o : NULL,
-                                yd ? yd + o : NULL, a->ldy, rows);
+                                yd ? yd + o : NULL, a->ldy, rows, NULL, 0);
             }
     }
 }

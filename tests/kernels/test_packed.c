@@ -451,34 +451,51 @@ static void test_bf16_tiles(krng *r, enum dtype t, int64_t k, int64_t n, int m) 
 /* ---- chunked ------------------------------------------------------------------------------ */
 
 /* big: K of several of the tile kernel's slabs (AMX_SLAB_BLOCKS = 64 blocks) and m of several
- * activation tiles, so that its accumulators wait between slabs and chunks end inside slabs. */
-static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, bool big) {
+ * activation tiles, so that its accumulators wait between slabs and chunks end inside slabs.
+ * kind: the chunks' kind below (-1: any); gemv: m = 1 (decode). */
+static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, bool big, int kind, bool gemv) {
     const int ucols = pk_unit_cols(t);
     const int nunits = big ? (ucols == 32 ? 130 + krng_int(r, 60) : 17 + krng_int(r, 8)) : 2 + krng_int(r, 4);
     const int64_t k = (int64_t)ucols * nunits, n = 1 + krng_int(r, 45);
-    const int m = big ? 17 + krng_int(r, 30) : krng_int(r, 3) ? 1 + krng_int(r, 20) : 1; /* m = 1: the GEMV (decode) */
+    const int m = gemv ? 1 : big ? 17 + krng_int(r, 30) : 1 + krng_int(r, 20); /* m = 1: the GEMV (decode) */
     struct pk_case pc;
     pk_case_init(&pc, r, pool, t, k, n, m);
     const size_t rs = pc.rs;
     const uint8_t *src = pc.src;
     const struct weight wr = pc.wr, wp = pc.wp;
     const float *x = pc.x;
-    /* chunks: half the cases split at every unit boundary with one chunk masked to a 32-column
-     * sub-range; the others end to end and unmasked, of one or more units each (the tile kernel
-     * then takes them all in one call, pk_args.chunk_end) */
-    struct kern_chunk ch[200];
+    /* chunks, in three kinds of cases:
+     *  - split at every unit boundary, with one chunk masked to a 32-column sub-range;
+     *  - end to end and unmasked, of one or more units each;
+     *  - end to end in runs of 32-column blocks that need not end on units (attn_output's heads
+     *    of 64 or 128 columns in a K-quant's 256-column unit), each chunk's w range its units.
+     * The kernels that take chunks in one call (pk_args.chunk_end) take the last two kinds so. */
+    struct kern_chunk ch[256];
     int nc = 0;
-    const bool mask = krng_int(r, 2);
-    for (int u = 0; u < nunits; u++) {
-        if (!mask && u > 0 && krng_int(r, 2)) { /* widen the previous chunk */
-            ch[nc - 1].w1 = ch[nc - 1].a1 = (int64_t)(u + 1) * ucols;
-            continue;
+    if (kind < 0) kind = krng_int(r, 3);
+    const bool mask = kind == 0;
+    if (kind == 2) {
+        for (int64_t a0 = 0; a0 < k;) {
+            const int64_t len = 32 * (1 + krng_int(r, 2 * ucols / 32)), a1 = NM_MIN(k, a0 + len);
+            ch[nc++] = (struct kern_chunk){.w0 = a0 / ucols * ucols, .w1 = (a1 + ucols - 1) / ucols * ucols, .a0 = a0, .a1 = a1};
+            a0 = a1;
         }
-        ch[nc] = (struct kern_chunk){.w0 = (int64_t)u * ucols, .w1 = (int64_t)(u + 1) * ucols,
-                                     .a0 = (int64_t)u * ucols, .a1 = (int64_t)(u + 1) * ucols};
-        if (mask && u == 1) ch[nc].a0 += 32 * (ucols / 32 / 2), ch[nc].a1 = ch[nc].a0 + 32;
-        nc++;
+    } else {
+        for (int u = 0; u < nunits; u++) {
+            if (!mask && u > 0 && krng_int(r, 2)) { /* widen the previous chunk */
+                ch[nc - 1].w1 = ch[nc - 1].a1 = (int64_t)(u + 1) * ucols;
+                continue;
+            }
+            ch[nc] = (struct kern_chunk){.w0 = (int64_t)u * ucols, .w1 = (int64_t)(u + 1) * ucols,
+                                         .a0 = (int64_t)u * ucols, .a1 = (int64_t)(u + 1) * ucols};
+            if (mask && u == 1) ch[nc].a0 += 32 * (ucols / 32 / 2), ch[nc].a1 = ch[nc].a0 + 32;
+            nc++;
+        }
     }
+    NM_ASSERT(nc <= (int)NM_ARRAY_LEN(ch));
+    bool *covered = calloc((size_t)k, 1); /* in some chunk's [a0, a1) */
+    for (int c = 0; c < nc; c++)
+        for (int64_t j = ch[c].a0; j < ch[c].a1; j++) covered[j] = true;
     block_q8x *q8a = malloc(act_q8_bytes(m, k) + 1), *q8b = malloc(act_q8_bytes(m, k) + 1);
     struct act xa = {.m = m, .k = k, .f32 = x, .q8 = q8a}, xb = {.m = m, .k = k, .f32 = x, .q8 = q8b};
     double *yd = malloc((size_t)m * n * 8), *ydr = malloc((size_t)m * n * 8);
@@ -489,9 +506,8 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
     float *wf = malloc((size_t)k * 4), *af = malloc((size_t)k * 4);
     for (int i = 0; i < m; i++) {
         kact_values(t, x + (size_t)i * k, q8b + (size_t)i * (k / 32), af, k);
-        for (int c = 0; c < nc; c++) /* masked columns count as zero */
-            for (int64_t j = ch[c].w0; j < ch[c].w1; j++)
-                if (j < ch[c].a0 || j >= ch[c].a1) af[j] = 0.0f;
+        for (int64_t j = 0; j < k; j++) /* masked columns count as zero */
+            if (!covered[j]) af[j] = 0.0f;
         for (int64_t j = 0; j < n; j++) {
             dequantize_row_ref(t, src + rs * j, wf, k);
             mag[i * n + j] = kmag(wf, af, k);
@@ -574,6 +590,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
         free(y2);
     }
     pk_case_free(&pc);
+    free(covered);
     free(q8a);
     free(q8b);
     free(yd);
@@ -666,7 +683,10 @@ int main(int argc, char **argv) {
                 test_matmul(&r, pool, t, k_types[ti].tol, k, n, m, m <= 33, amx_only);
                 if (ktest_failures > 20) goto done;
             }
-            if (!amx_only) test_chunked(&r, pool, t, k_types[ti].tol, false);
+            for (int kind = 0; kind < 3 && !amx_only; kind++) {
+                test_chunked(&r, pool, t, k_types[ti].tol, false, kind, true);
+                test_chunked(&r, pool, t, k_types[ti].tol, false, kind, false);
+            }
             if (!amx_only) { /* with a weight of another type of the same block length: run apart */
                 const enum dtype other = blk == 1    ? (t == DTYPE_F16 ? DTYPE_BF16 : DTYPE_F16)
                                          : blk == 32 ? (t == DTYPE_Q8_0 ? DTYPE_Q4_0 : DTYPE_Q8_0)
@@ -684,7 +704,7 @@ int main(int argc, char **argv) {
                                    : blk == 32 ? 32 * (130 + krng_int(&r, 100))
                                                : 256 * (17 + krng_int(&r, 8));
                 test_matmul(&r, pool, t, k_types[ti].tol, kb, 1 + krng_int(&r, 40), 17 + krng_int(&r, 30), true, amx_only);
-                if (!amx_only && blk > 1) test_chunked(&r, pool, t, k_types[ti].tol, true);
+                if (!amx_only && blk > 1) test_chunked(&r, pool, t, k_types[ti].tol, true, -1, false);
             }
             if (blk > 1 && nth == 1) { /* quantized types on the bf16 tiles: short K, and K of slabs */
                 const int mb = kern_matmul_bf16_min_m(t) + krng_int(&r, 40);
