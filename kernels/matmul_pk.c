@@ -89,8 +89,8 @@ bool pk_takes_rows(const struct weight *w, int m) {
 /* The kernel for type t and m activation rows; *amx: it is the tile kernel (real or emulated);
  * *bf: it reads bf16 activations (the bf16 tiles: F16/BF16, or a quantized type allowed them);
  * *chunks: the row-parallel chunks it takes in one call (pk_args.chunk_end): the tiles, ending on
- * any block; the AVX-512 GEMV (m = 1) of every type but F16, ending on units; the AVX2 GEMV of
- * the quantized types, ending on any block. Without AVX-512 the ISA's own kernel (avx2 or ref)
+ * any block; the AVX-512 GEMV (m = 1) of every type but F16, ending on units; the AVX2 kernels
+ * of the quantized types, ending on any block. Without AVX-512 the ISA's own kernel (avx2 or ref)
  * runs every m. */
 static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks *chunks) {
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
@@ -98,7 +98,7 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks 
     const bool amx_ok = isa_is_avx512() && (fl ? cpu_has_amx_bf16(f) : cpu_has_amx_int8(f));
     const bool bf_q = !fl && g_bf16_tiles && m >= kern_matmul_bf16_min_m(t); /* a quantized type on bf16 tiles */
     const enum pk_chunks gemv512 = m == 1 && t != DTYPE_F16 ? PK_CHUNKS_UNITS : PK_CHUNKS_NONE;
-    const enum pk_chunks gemv2 = m == 1 && !fl ? PK_CHUNKS_BLOCKS : PK_CHUNKS_NONE;
+    const enum pk_chunks avx2 = fl ? PK_CHUNKS_NONE : PK_CHUNKS_BLOCKS;
     *amx = false;
     *bf = false;
     *chunks = PK_CHUNKS_NONE;
@@ -123,7 +123,7 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks 
             /* the planner packs a type for the avx2 path only where it has the kernel; a weight
              * packed anyway (a test's) runs on the reference */
             if (!kern_isa_avx2_has_packed(t)) return pk_gemm_ref;
-            *chunks = gemv2;
+            *chunks = avx2;
         }
         return kern_isa_get()->pk_gemm;
     case KERN_PATH_VNNI: {
@@ -135,7 +135,7 @@ static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks 
     case KERN_PATH_AVX2: {
         const struct kern_isa *isa = kern_isa_find("avx2", NULL);
         NM_ASSERT(isa != NULL); /* forced AVX2 on a CPU without the avx2 path */
-        *chunks = gemv2;
+        *chunks = avx2;
         return isa->pk_gemm;
     }
     case KERN_PATH_AMX:

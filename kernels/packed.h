@@ -157,8 +157,8 @@ struct pk_args {
                           * chunked matmul adds each chunk's f32 partial in double) */
     int64_t ldy;
     int64_t n_rows;      /* rows to write, <= 16 * n_groups */
-    /* With yd, optionally (the AMX tile kernels and the AVX2 GEMV of the quantized types: ends on
-     * any block; the AVX-512 GEMV, m = 1, but not F16: ends on units): the K range is
+    /* With yd, optionally (the AMX tile kernels and the AVX2 kernels of the quantized types: ends
+     * on any block; the AVX-512 GEMV, m = 1, but not F16: ends on units): the K range is
      * n_chunk_ends chunks, chunk c ending before block chunk_end[c] (32 columns per block,
      * counted from unit 0; the last is n_units * unit_cols / 32). Each chunk's f32 partial is
      * added to yd in double, in chunk order, exactly as one call per chunk (with the other

@@ -20,11 +20,12 @@
  * with the f32 activations, each row's even and odd columns in two chains summed at the end,
  * as pk_gemm_ref does.
  *
- * GEMV: both halves of each unit in one pass, so each weight line is read once from memory. It
- * takes a row-parallel matmul's chunks in one call (pk_args.chunk_end), ending on any 32-column
- * block: a chunk's f32 partial goes to yd in double where it ends, even inside a unit.
+ * GEMV: both halves of each unit in one pass, so each weight line is read once from memory.
  * GEMM: a tile is one half (8 rows) x up to 4 (quantized) or 6 (float) activation rows over
- * all of K, the group's bytes reread from L1/L2 for each tile. */
+ * all of K, the group's bytes reread from L1/L2 for each tile.
+ * Both take a row-parallel matmul's chunks in one call (pk_args.chunk_end; quantized types),
+ * ending on any 32-column block: a chunk's f32 partials go to yd in double where it ends, even
+ * inside a unit. */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,18 +132,22 @@ NM_INLINE void store_rows(float *y, double *yd, int rows, __m256 v) {
     _mm256_maskstore_pd(yd + 4, m1, _mm256_add_pd(_mm256_maskload_pd(yd + 4, m1), hi));
 }
 
-/* Chunk ends inside a unit (pk_args.chunk_end, the GEMV): bit s of mask set when a chunk ends
- * after sub-block s; the half's f32 partial then goes to its 8 rows of yd in double (yd points at
- * the half's first row; rows of it exist) and restarts from 0, as a call per chunk would. */
+/* Chunk ends inside a unit (pk_args.chunk_end): bit s of mask set when a chunk ends after
+ * sub-block s; the half's f32 partials of the C activation rows then go to its 8 rows of yd in
+ * double (yd points at the half's first row, activation row c at yd + c * ldy; rows of it exist)
+ * and restart from 0, as a call per chunk would. */
 struct chunk_flush {
     uint32_t mask;
     double *yd;
+    int64_t ldy;
     int rows;
 };
-NM_INLINE void flush_after(const struct chunk_flush *f, int s, __m256 *acc) {
+NM_INLINE void flush_after(const struct chunk_flush *f, int s, const int C, __m256 *acc) {
     if (!f || !(f->mask >> s & 1)) return;
-    if (f->rows > 0) store_rows(NULL, f->yd, f->rows < 8 ? f->rows : 8, *acc);
-    *acc = _mm256_setzero_ps();
+    NM_UNROLL for (int c = 0; c < C; c++) {
+        if (f->rows > 0) store_rows(NULL, f->yd + c * f->ldy, f->rows < 8 ? f->rows : 8, acc[c]);
+        acc[c] = _mm256_setzero_ps();
+    }
 }
 
 /* Halves [H0, H1) of one Q2_K or Q3_K unit u against C activation rows (as unit_q; acc[h][c]),
@@ -204,7 +209,7 @@ NM_INLINE void unit_k23(const enum dtype t, const int C, const int H0, const int
                     acc[h][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(off, lo_pair[c])),
                                                  _mm256_mul_ps(dmin[h], ad[c]), acc[h][c]);
             }
-            if (fl) flush_after(&fl[h], s, &acc[h][0]);
+            if (fl) flush_after(&fl[h], s, C, acc[h]);
         }
     }
 }
@@ -240,7 +245,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
             if (m) acc[c] = _mm256_fmadd_ps(h16x8(u + m + 16 * h), _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
         }
-        flush_after(fl, 0, acc);
+        flush_after(fl, 0, C, acc);
         break;
     }
     case DTYPE_Q8_0: {
@@ -257,7 +262,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
             }
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(a->d)), acc[c]);
         }
-        flush_after(fl, 0, acc);
+        flush_after(fl, 0, C, acc);
         break;
     }
     case DTYPE_Q4_K:
@@ -279,7 +284,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)), acc[c]);
                 acc[c] = _mm256_fnmadd_ps(mn, _mm256_set1_ps(a->d * (float)a->isum), acc[c]);
             }
-            flush_after(fl, s, acc);
+            flush_after(fl, s, C, acc);
         }
         break;
     }
@@ -307,7 +312,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(g0, sc0), _mm256_mullo_epi32(g1, sc1));
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(d, _mm256_set1_ps(a->d)), acc[c]);
             }
-            flush_after(fl, s, acc);
+            flush_after(fl, s, C, acc);
         }
         break;
     }
@@ -323,7 +328,7 @@ NM_INLINE void unit_q(const enum dtype t, const int C, const int h, const uint8_
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_signed(q, a)), _mm256_mul_ps(sc, _mm256_set1_ps(a->d)),
                                          acc[c]);
             }
-            flush_after(fl, s, acc);
+            flush_after(fl, s, C, acc);
         }
         break;
     }
@@ -377,10 +382,10 @@ NM_INLINE void tile(const enum dtype t, const int C, const int H0, const int H1,
     const int fl = t == DTYPE_F16 || t == DTYPE_BF16;
     __m256 acc[2][GEMM_C], acc1[2][GEMM_C];
     NM_UNROLL for (int h = H0; h < H1; h++) NM_UNROLL for (int c = 0; c < C; c++) acc[h][c] = acc1[h][c] = _mm256_setzero_ps();
-    /* chunk ends (the GEMV of a quantized type, pk_args.chunk_end): the unit's in cf */
-    struct chunk_flush cf[2] = {{0, yd, rows}, {0, yd ? yd + 8 : NULL, rows - 8}};
+    /* chunk ends (a quantized type, pk_args.chunk_end): the unit's in cf */
+    struct chunk_flush cf[2] = {{0, yd, ldy, rows}, {0, yd ? yd + 8 : NULL, ldy, rows - 8}};
     const bool chunked = nce > 0;
-    NM_ASSERT(!chunked || (C == 1 && yd && !fl));
+    NM_ASSERT(!chunked || (yd && !fl));
     for (int64_t un = 0; un < nu; un++) {
         const uint8_t *up = wg + (size_t)un * ub;
         if (pf > 0)
@@ -416,8 +421,10 @@ typedef void (*tile_fn)(const uint8_t *wg, int64_t nu, const uint8_t *act, size_
 #define TILE_INST(T, C, H)                                                                                          \
     static void tile_##T##_##C##_##H(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y,         \
                                      double *yd, int64_t ldy, int rows, const int32_t *ce, int nce) {               \
-        (void)ce, (void)nce;                                                                                        \
-        tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows, 0, NULL, 0);                                   \
+        if (nce > 0) /* two copies, as the GEMV's */                                                                \
+            tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows, 0, ce, nce);                               \
+        else                                                                                                        \
+            tile(DTYPE_##T, C, H, H + 1, wg, nu, act, as, y, yd, ldy, rows, 0, NULL, 0);                               \
     }
 #define TILE_GEMV(T)                                                                                                \
     static void tile_##T##_gemv(const uint8_t *wg, int64_t nu, const uint8_t *act, size_t as, float *y, double *yd,  \
@@ -466,18 +473,19 @@ static void pk_gemm_avx2(const struct pk_args *a) {
         g_pf = e ? NM_MAX(0, atoi(e)) : PK_PREFETCH_DEFAULT;
     }
     const struct tiles *tl = &k_tiles[a->type];
-    /* neither the bf16 tiles nor the block types' rows; chunks in one call only in the GEMV of a
-     * quantized type (pk_choose) */
+    /* neither the bf16 tiles nor the block types' rows; chunks in one call for the quantized
+     * types (pk_choose) */
     const bool fl = a->type == DTYPE_F16 || a->type == DTYPE_BF16;
     NM_ASSERT(tl->gemv != NULL && !a->bf16_tiles && !a->codec && !a->act_tiles);
-    NM_ASSERT(!a->chunk_end || (a->m == 1 && a->yd && !fl));
+    NM_ASSERT(!a->chunk_end || (a->yd && !fl));
+    const int nce = a->chunk_end ? a->n_chunk_ends : 0;
     for (int64_t g = 0; g < a->n_groups; g++) {
         const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
         const uint8_t *wg = a->w + (size_t)g * a->group_stride;
         float *y = a->yd ? NULL : a->y + g * PK_ROWS;
         double *yd = a->yd ? a->yd + g * PK_ROWS : NULL;
         if (a->m == 1) {
-            tl->gemv(wg, a->n_units, a->act, a->act_stride, y, yd, a->ldy, rows, a->chunk_end, a->chunk_end ? a->n_chunk_ends : 0);
+            tl->gemv(wg, a->n_units, a->act, a->act_stride, y, yd, a->ldy, rows, a->chunk_end, nce);
             continue;
         }
         const int cmax = gemm_c(a->type);
@@ -486,7 +494,7 @@ static void pk_gemm_avx2(const struct pk_args *a) {
                 const int cc = NM_MIN(cmax, a->m - c0);
                 const int64_t o = (int64_t)c0 * a->ldy;
                 tl->gemm[h][cc](wg, a->n_units, a->act + (size_t)c0 * a->act_stride, a->act_stride, y ? y + o : NULL,
-                                yd ? yd + o : NULL, a->ldy, rows, NULL, 0);
+                                yd ? yd + o : NULL, a->ldy, rows, a->chunk_end, nce);
             }
     }
 }
