@@ -477,8 +477,8 @@ static void pk_gemm_avx2(const struct pk_args *a) {
      * types (pk_choose) */
     const bool fl = a->type == DTYPE_F16 || a->type == DTYPE_BF16;
     NM_ASSERT(tl->gemv != NULL && !a->bf16_tiles && !a->codec && !a->act_tiles);
-    NM_ASSERT(!a->chunk_end || (a->yd && !fl));
     const int nce = a->chunk_end ? a->n_chunk_ends : 0;
+    NM_ASSERT(!a->chunk_end || (a->yd && !fl && nce > 0 && a->chunk_end[nce - 1] == a->n_units * (pk_unit_cols(a->type) / 32)));
     for (int64_t g = 0; g < a->n_groups; g++) {
         const int rows = (int)NM_MIN((int64_t)PK_ROWS, a->n_rows - g * PK_ROWS);
         const uint8_t *wg = a->w + (size_t)g * a->group_stride;

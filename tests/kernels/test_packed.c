@@ -477,9 +477,13 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
     if (kind == 2) {
         for (int64_t a0 = 0; a0 < k;) {
             const int64_t len = 32 * (1 + krng_int(r, 2 * ucols / 32)), a1 = NM_MIN(k, a0 + len);
+            NM_ASSERT(nc < (int)NM_ARRAY_LEN(ch));
             ch[nc++] = (struct kern_chunk){.w0 = a0 / ucols * ucols, .w1 = (a1 + ucols - 1) / ucols * ucols, .a0 = a0, .a1 = a1};
             a0 = a1;
         }
+        /* a third of them without the first chunk (end to end, not from column 0: a rank's
+         * slice of heads; one call per chunk then) */
+        if (nc > 1 && krng_int(r, 3) == 0) memmove(ch, ch + 1, (size_t)--nc * sizeof *ch);
     } else {
         for (int u = 0; u < nunits; u++) {
             if (!mask && u > 0 && krng_int(r, 2)) { /* widen the previous chunk */
