@@ -394,12 +394,12 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
     /* Otherwise one call per chunk: activation pointers, masked copies where a chunk keeps a
      * sub-range of its units. */
     uint8_t **masked = NULL;
-    if (chunks) {
+    if (chunks && !j.chunk_end) {
         j.cact = calloc((size_t)n_chunks + 1, sizeof *j.cact);
         j.cas = calloc((size_t)n_chunks + 1, sizeof *j.cas);
         masked = calloc((size_t)n_chunks + 1, sizeof *masked);
         NM_ASSERT(j.cact && j.cas && masked);
-        for (int c = 0; c < n_chunks && !j.chunk_end; c++) {
+        for (int c = 0; c < n_chunks; c++) {
             const struct kern_chunk *ch = &chunks[c];
             const int64_t w1u = (ch->w1 + j.unit_cols - 1) / j.unit_cols * j.unit_cols;
 #define COLB(cols) (q8 ? (size_t)((cols) / QK8X) * sizeof(block_q8x) : (size_t)(cols) * esize)
@@ -449,7 +449,7 @@ static void pk_release(struct pk_job *j, struct pk_tmp *tmp) {
     free(j->chunk_end);
     for (int c = 0; tmp->ctiled && c < j->n_chunks; c++) nm_free(tmp->ctiled[c]);
     free(tmp->ctiled);
-    if (j->chunks) {
+    if (tmp->masked) { /* one call per chunk */
         for (int c = 0; c < j->n_chunks; c++) nm_free(tmp->masked[c]);
         free(tmp->masked);
         free(j->cact);

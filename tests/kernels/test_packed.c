@@ -522,8 +522,9 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
     const bool fl = t == DTYPE_F16 || t == DTYPE_BF16;
     const bool tiles = fl && g_have_amx && m >= kern_matmul_amx_min_m(t);
     kcheck(got, want, mag, (int64_t)m * n, tiles ? TOL_BF16_TILES : tol, "chunked %s k=%" PRId64 " n=%" PRId64 " m=%d", dtype_get(t)->name, k, n, m);
-    /* the plain-C kernel, one call per chunk, gives the auto path's bits (VNNI, which takes the
-     * chunks in one call for m = 1: pk_args.chunk_end), wherever the auto path is not bf16 tiles */
+    /* the plain-C kernel, one call per chunk, gives the auto path's bits (VNNI, which takes
+     * unit-aligned chunks in one call for m = 1; AVX2, any end-to-end chunks: pk_args.chunk_end),
+     * wherever the auto path is not bf16 tiles */
     if (!tiles) {
         block_q8x *q8r = malloc(act_q8_bytes(m, k) + 1);
         struct act xr = {.m = m, .k = k, .f32 = x, .q8 = q8r};
@@ -534,7 +535,7 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
         if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
             ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the ref path differs from the auto path's bits",
                        dtype_get(t)->name, k, n, m);
-        if (g_have_avx2 && kern_isa_avx2_has_packed(t)) { /* the AVX2 kernel, one call per chunk */
+        if (g_have_avx2 && kern_isa_avx2_has_packed(t)) { /* the AVX2 kernel (on an AVX2-only CPU, the auto path itself) */
             kern_matmul_force_path(KERN_PATH_AVX2);
             kern_matmul_chunked_f64(pool, &wp, &xr, ch, nc, ydq, n);
             kern_matmul_force_path(KERN_PATH_AUTO);
