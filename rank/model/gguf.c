@@ -212,7 +212,10 @@ static enum nm_status index_keys(struct gguf_file *f, char *err, size_t errlen) 
     return NM_OK;
 }
 
-static enum nm_status index_tensors(struct gguf_file *f, char *err, size_t errlen) {
+/* The name index and the duplicate check over f's tensors; with check_overlap (one file's own
+ * tensors, not a split model's, whose offsets count from their own part's data), the overlap
+ * check too. */
+static enum nm_status index_tensors(struct gguf_file *f, bool check_overlap, char *err, size_t errlen) {
     const uint64_t n = f->n_tensors ? f->n_tensors : 1;
     f->tensor_sorted = malloc(n * sizeof *f->tensor_sorted);
     struct gguf_tensor **by_offset = malloc(n * sizeof *by_offset);
@@ -225,12 +228,15 @@ static enum nm_status index_tensors(struct gguf_file *f, char *err, size_t errle
     qsort(f->tensor_sorted, f->n_tensors, sizeof *f->tensor_sorted, cmp_tensor_names);
     for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
         const struct gguf_tensor *a = f->tensor_sorted[i - 1], *b = f->tensor_sorted[i];
-        if (strcmp(a->name, b->name) == 0)
+        if (strcmp(a->name, b->name) == 0 && f->n_parts > 1)
+            st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate tensor name '%s' (in parts %u and %u of %u)",
+                         f->path, a->name, NM_MIN(a->part, b->part) + 1, NM_MAX(a->part, b->part) + 1, f->n_parts);
+        else if (strcmp(a->name, b->name) == 0)
             st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate tensor name '%s'", f->path, a->name);
     }
     /* Overlap: sorted by offset, each tensor must end at or before the next one starts. */
-    if (!st) qsort(by_offset, f->n_tensors, sizeof *by_offset, cmp_tensor_offsets);
-    for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
+    if (!st && check_overlap) qsort(by_offset, f->n_tensors, sizeof *by_offset, cmp_tensor_offsets);
+    for (uint64_t i = 1; i < f->n_tensors && !st && check_overlap; i++) {
         const struct gguf_tensor *a = by_offset[i - 1], *b = by_offset[i];
         if (a->offset + a->size > b->offset)
             st = nm_errf(err, errlen, NM_ERR_FORMAT,
@@ -288,6 +294,7 @@ enum nm_status gguf_parse(const void *data, uint64_t size, const char *name, str
     struct gguf_file *f = calloc(1, sizeof *f);
     if (!f) return nm_errf(err, errlen, NM_ERR_NOMEM, "%s: out of memory", name);
     f->path = name;
+    f->n_parts = 1;
     f->base = data;
     f->size = size;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -387,7 +394,7 @@ enum nm_status gguf_parse(const void *data, uint64_t size, const char *name, str
         }
         t->data = f->base + data_off + t->offset;
     }
-    if ((st = index_tensors(f, err, errlen))) goto fail;
+    if ((st = index_tensors(f, true, err, errlen))) goto fail;
     *out = f;
     return NM_OK;
 fail:
@@ -395,7 +402,8 @@ fail:
     return st;
 }
 
-enum nm_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t errlen) {
+/* Map and validate one file. */
+static enum nm_status open_file(const char *path, struct gguf_file **out, char *err, size_t errlen) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nm_errf(err, errlen, NM_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -426,8 +434,149 @@ enum nm_status gguf_open(const char *path, struct gguf_file **out, char *err, si
     return NM_OK;
 }
 
+/* ---- Models split into several files (llama.cpp's gguf-split) ------------------------------
+ * Part i (0-based) of n is named PREFIX-%05d-of-%05d.gguf (i + 1, n) and holds the keys split.no
+ * = i and split.count = n; the first part holds the model's keys and split.tensors.count, the
+ * tensors of all parts together. A tensor's offset counts from its own part's data section. */
+
+#define SPLIT_MAX_PARTS 99999 /* the names' 5 digits */
+
+/* f's split.no and split.count (*count = 1, *no = 0 for a file without them). */
+static enum nm_status split_keys(const struct gguf_file *f, int64_t *no, int64_t *count, char *err, size_t errlen) {
+    *no = 0, *count = 1;
+    if (!gguf_find_kv(f, "split.count")) return NM_OK;
+    enum nm_status st = gguf_get_int(f, "split.count", count, err, errlen);
+    if (st) return st;
+    if (*count < 1 || *count > SPLIT_MAX_PARTS)
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: split.count is %lld; allowed are 1..%d", f->path,
+                       (long long)*count, SPLIT_MAX_PARTS);
+    if (*count == 1 && !gguf_find_kv(f, "split.no")) return NM_OK;
+    if ((st = gguf_get_int(f, "split.no", no, err, errlen)) == NM_ERR_NOT_FOUND)
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: split.count is %lld but split.no (which part this is) is missing",
+                       f->path, (long long)*count);
+    if (st) return st;
+    if (*no < 0 || *no >= *count)
+        return nm_errf(err, errlen, NM_ERR_FORMAT, "%s: split.no is %lld; allowed are 0..%lld (split.count %lld)",
+                       f->path, (long long)*no, (long long)*count - 1, (long long)*count);
+    return NM_OK;
+}
+
+static void close_parts(struct gguf_file **parts, int64_t n) {
+    for (int64_t i = 0; parts && i < n; i++) gguf_close(parts[i]);
+    free(parts);
+}
+
+/* f (at path) is part no of count: open the others by their names, check them, and give the
+ * first part, holding every part's tensors, in *out (f is taken over, closed on error). */
+static enum nm_status open_split(struct gguf_file *f, const char *path, int64_t no, int64_t count,
+                                 struct gguf_file **out, char *err, size_t errlen) {
+    char suffix[40];
+    snprintf(suffix, sizeof suffix, "-%05lld-of-%05lld.gguf", (long long)no + 1, (long long)count);
+    const size_t pl = strlen(path), sl = strlen(suffix);
+    if (pl <= sl || strcmp(path + pl - sl, suffix) != 0) {
+        gguf_close(f);
+        return nm_errf(err, errlen, NM_ERR_FORMAT,
+                       "%s: this is part %lld of a model split into %lld files (split.no, split.count), but its "
+                       "name does not end with %s, so the other parts cannot be found: keep the names gguf-split gave them",
+                       path, (long long)no + 1, (long long)count, suffix);
+    }
+    struct gguf_file **parts = calloc((size_t)count, sizeof *parts);
+    NM_ASSERT(parts);
+    parts[no] = f;
+    enum nm_status st = NM_OK;
+    for (int64_t i = 0; i < count && !st; i++) {
+        if (i == no) continue;
+        char *pi = malloc(pl + 1);
+        NM_ASSERT(pi);
+        snprintf(pi, pl + 1, "%.*s-%05lld-of-%05lld.gguf", (int)(pl - sl), path, (long long)i + 1, (long long)count);
+        char why[768];
+        if ((st = open_file(pi, &parts[i], why, sizeof why))) {
+            nm_errf(err, errlen, st, "%s (part %lld of the %lld files of %s)", why, (long long)i + 1, (long long)count, path);
+            free(pi);
+            break;
+        }
+        parts[i]->path = parts[i]->path_owned = pi;
+        int64_t pno, pcount;
+        if ((st = split_keys(parts[i], &pno, &pcount, err, errlen))) break;
+        if (!gguf_find_kv(parts[i], "split.count"))
+            st = nm_errf(err, errlen, NM_ERR_FORMAT,
+                         "%s: not a part of a split model (no split.count), though its name makes it part %lld of %lld",
+                         pi, (long long)i + 1, (long long)count);
+        else if (pno != i || pcount != count)
+            st = nm_errf(err, errlen, NM_ERR_FORMAT,
+                         "%s: its keys say part %lld of %lld (split.no %lld, split.count %lld), its name part %lld of "
+                         "%lld: a part of another model, or renamed",
+                         pi, (long long)pno + 1, (long long)pcount, (long long)pno, (long long)pcount, (long long)i + 1,
+                         (long long)count);
+    }
+    if (st) {
+        close_parts(parts, count);
+        return st;
+    }
+    /* The first part, with the model's keys, takes every part's tensors. */
+    struct gguf_file *first = parts[0];
+    uint64_t total = 0;
+    for (int64_t i = 0; i < count; i++) total += parts[i]->n_tensors;
+    int64_t want;
+    st = gguf_get_int(first, "split.tensors.count", &want, err, errlen);
+    if (st == NM_ERR_NOT_FOUND)
+        st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: the first of %lld parts has no split.tensors.count", first->path,
+                     (long long)count);
+    struct gguf_tensor *all = st ? NULL : calloc(total ? total : 1, sizeof *all);
+    if (!st && !all) st = nm_errf(err, errlen, NM_ERR_NOMEM, "%s: out of memory", first->path);
+    if (st) {
+        close_parts(parts, count);
+        return st;
+    }
+    uint64_t n = 0;
+    for (int64_t i = 0; i < count; i++)
+        for (uint64_t j = 0; j < parts[i]->n_tensors; j++) {
+            all[n] = parts[i]->tensors[j];
+            all[n++].part = (uint32_t)i;
+        }
+    free(first->tensors);
+    free(first->tensor_sorted);
+    first->tensors = all;
+    first->tensor_sorted = NULL;
+    first->n_tensors = total;
+    first->n_parts = (uint32_t)count;
+    first->parts = parts;
+    parts[0] = NULL;
+    /* a tensor in two parts, then one missing or too many */
+    if (!(st = index_tensors(first, false, err, errlen)) && (want < 0 || (uint64_t)want != total))
+        st = nm_errf(err, errlen, NM_ERR_FORMAT,
+                     "%s: split.tensors.count is %lld, but its %lld parts hold %llu tensors: a part is missing tensors "
+                     "or belongs to another model",
+                     first->path, (long long)want, (long long)count, (unsigned long long)total);
+    if (st) {
+        gguf_close(first);
+        return st;
+    }
+    *out = first;
+    return NM_OK;
+}
+
+enum nm_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t errlen) {
+    struct gguf_file *f;
+    enum nm_status st = open_file(path, &f, err, errlen);
+    if (st) return st;
+    int64_t no, count;
+    if ((st = split_keys(f, &no, &count, err, errlen))) {
+        gguf_close(f);
+        return st;
+    }
+    if (count == 1) {
+        *out = f;
+        return NM_OK;
+    }
+    return open_split(f, path, no, count, out, err, errlen);
+}
+
 void gguf_close(struct gguf_file *f) {
     if (!f) return;
+    for (uint32_t i = 1; f->parts && i < f->n_parts; i++) gguf_close(f->parts[i]);
+    free(f->parts);
+    free(f->path_owned);
     for (uint64_t i = 0; f->kv && i < f->n_kv; i++) free(f->kv[i].str_offsets);
     free(f->kv);
     free(f->tensors);
@@ -629,6 +778,10 @@ static void put_key(struct gguf_writer *w, const char *key, enum gguf_type t) {
     w->n_kv++;
 }
 
+void gguf_writer_set_u16(struct gguf_writer *w, const char *key, uint16_t v) {
+    put_key(w, key, GGUF_TYPE_UINT16);
+    wbuf_put(&w->kv, &v, 2);
+}
 void gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t v) {
     put_key(w, key, GGUF_TYPE_UINT32);
     wbuf_put(&w->kv, &v, 4);

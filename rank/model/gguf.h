@@ -58,7 +58,8 @@ struct gguf_tensor {
     uint32_t type;             /* ggml type id (may be one numallm cannot compute with) */
     uint64_t offset;           /* from the start of the data section */
     uint64_t size;             /* bytes */
-    const void *data;          /* into the mapped file */
+    const void *data;          /* into the mapped file (of its part, in a split model) */
+    uint32_t part;             /* the file it is in: 0, or its part's split.no in a split model */
 };
 
 struct gguf_file {
@@ -75,9 +76,18 @@ struct gguf_file {
     struct gguf_tensor *tensors;
     struct gguf_kv **kv_sorted;           /* by key, for gguf_find_kv */
     struct gguf_tensor **tensor_sorted;   /* by name, for gguf_find_tensor */
+    /* A model split into several files (gguf_open): n_parts of them; this is the first, with the
+     * model's keys and every part's tensors, and owns parts[1 .. n_parts - 1] (parts[0] is NULL). */
+    uint32_t n_parts;
+    struct gguf_file **parts;
+    char *path_owned; /* path, when gguf_open made it (the other parts of a split model) */
 };
 
-/* Map and validate a file. On success *out owns the mapping; free with gguf_close. */
+/* Map and validate a file. On success *out owns the mapping; free with gguf_close.
+ * A model split into several files by llama.cpp's gguf-split (NAME-00001-of-00003.gguf, ...: keys
+ * split.no, split.count, split.tensors.count) opens from any one of them: the others are found by
+ * their names, each is validated as a file, and *out is the first part (the model's keys) with
+ * the tensors of all parts. A missing, renamed or foreign part is an error naming it. */
 enum nm_status gguf_open(const char *path, struct gguf_file **out, char *err, size_t errlen);
 /* Validate a file image in memory (borrowed: must outlive the result). Used by the fuzzer. */
 enum nm_status gguf_parse(const void *data, uint64_t size, const char *name, struct gguf_file **out,
@@ -116,6 +126,7 @@ bool gguf_ggml_type_geometry(uint32_t type, int *blck_size, int *type_size);
 struct gguf_writer;
 struct gguf_writer *gguf_writer_init(void);
 void gguf_writer_free(struct gguf_writer *w);
+void gguf_writer_set_u16(struct gguf_writer *w, const char *key, uint16_t v);
 void gguf_writer_set_u32(struct gguf_writer *w, const char *key, uint32_t v);
 void gguf_writer_set_i32(struct gguf_writer *w, const char *key, int32_t v);
 void gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
