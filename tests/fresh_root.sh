@@ -16,7 +16,7 @@
 #   --user               run the commands as a user with sudo rights instead of root
 #   --keep               keep the root's directory afterwards (its path is printed)
 # Environment: NM_FRESH_CACHE (root tarballs, default /var/cache/numallm-ci), NM_FRESH_DIR
-# (where the root is unpacked, default /var/tmp; it needs NM_FRESH_NEED_GB free, default 6),
+# (where the root is unpacked, default /var/tmp; it needs NM_FRESH_NEED_GB free, default 10),
 # NM_FRESH_SOURCES (an apt sources file for the root, default this machine's Debian bookworm
 # entries),
 # NM_FRESH_LIMIT_S (seconds a command may run before it is stopped as hung, default 3600),
@@ -131,9 +131,10 @@ flock -u 9
 
 # ---- unpack, clone, configure the root ----
 remove_stale_roots
-# the root with its packages and both builds: about 5 GB at the peak; a full disk would otherwise
-# show up as apt's write errors in the middle of command 1
-need_gb=${NM_FRESH_NEED_GB:-6}
+# the root with its packages, its build and the tests' files: 9.3 GB at the peak (sampled during
+# CI's run, 2026-11-27); a full disk would otherwise show up as apt's or the compiler's write
+# errors in the middle of a command
+need_gb=${NM_FRESH_NEED_GB:-10}
 free_gb=$(df --output=avail -B1G "$BASE" | tail -1 | tr -d ' ')
 [ "$free_gb" -ge "$need_gb" ] ||
   die "only $free_gb GB free in $BASE; the root, its packages and its builds need about $need_gb GB (NM_FRESH_DIR names another place)"
