@@ -572,6 +572,7 @@ enum nm_status model_load_file(struct gguf_file *f, const struct model_load_para
     struct binder b = {.m = m, .p = p, .err = err, .errlen = errlen};
     enum nm_status st;
     if ((st = model_config_read(f, &m->cfg, err, errlen))) goto fail;
+    if (f->n_parts > 1) nm_log_info("%s: the first of %u files of a split model (all found and checked)", f->path, f->n_parts);
     const struct model_config *c = &m->cfg;
     const struct gguf_tensor *wo = gguf_find_tensor(f, "blk.0.attn_output.weight");
     const struct gguf_tensor *down =

@@ -28,6 +28,8 @@ for np in "${ranks[@]}"; do
     run "$np" "$part" "split_np$np.bin" || { tail -5 "split_np$np.bin.err"; fail "$np rank(s), $part: run failed"; }
     cmp -s "single_np$np.bin" "split_np$np.bin" || fail "$np rank(s), $part: logits differ from the unsplit file's"
     cmp -s "single_np$np.bin.txt" "split_np$np.bin.txt" || fail "$np rank(s), $part: tokens differ from the unsplit file's"
+    grep -q "00001-of-0000[34].gguf: the first of [34] files of a split model" "split_np$np.bin.err" ||
+      fail "$np rank(s), $part: the start-up does not say the model is split"
   done
   echo "gguf_split: $np rank(s): the logits of 4 parts of two splits equal the unsplit file's, bit for bit"
 done
