@@ -24,6 +24,12 @@ void pk_matmul_multi(struct pool *pool, int nw, const struct weight *const *w, s
  * plain-C twin where a test forces those paths). kern_matmul and kern_matmul_chunked_f64 ask. */
 bool pk_takes_rows(const struct weight *w, int m);
 
+/* For tests: the chunked matmuls pk_matmul has run so far with all their chunks in one kernel
+ * call (pk_args.chunk_end), and whether the kernel it chooses for type t and m rows takes any
+ * chunks that cover K end to end, ending on 32-column blocks, so. */
+uint64_t pk_one_call_chunked(void);
+bool pk_takes_block_chunks(enum dtype t, int m);
+
 /* The software prefetch distance of the packed kernels that stream weights (the VNNI GEMV and
  * first tiles, x86-avx512/packed.c; the AMX one-tile path): NM_PK_PREFETCH, else 2048 bytes. */
 int pk_prefetch_bytes(void);

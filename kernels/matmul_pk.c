@@ -78,6 +78,16 @@ typedef void (*pk_fn)(const struct pk_args *);
 enum pk_chunks { PK_CHUNKS_NONE, PK_CHUNKS_UNITS, PK_CHUNKS_BLOCKS };
 static pk_fn pk_choose(enum dtype t, int m, bool *amx, bool *bf, enum pk_chunks *chunks);
 
+static uint64_t g_one_call_chunked; /* pk_one_call_chunked */
+uint64_t pk_one_call_chunked(void) { return __atomic_load_n(&g_one_call_chunked, __ATOMIC_RELAXED); }
+
+bool pk_takes_block_chunks(enum dtype t, int m) {
+    bool amx, bf;
+    enum pk_chunks chunks;
+    pk_choose(t, m, &amx, &bf, &chunks);
+    return chunks == PK_CHUNKS_BLOCKS;
+}
+
 bool pk_takes_rows(const struct weight *w, int m) {
     if (w->layout != WEIGHT_LAYOUT_ROWS || !block_codec_get(w->type) || !g_bf16_tiles) return false;
     bool amx, bf;
@@ -386,6 +396,7 @@ static bool pk_prepare(struct pool *pool, const struct weight *w, struct act *x,
                   (takes_chunks == PK_CHUNKS_BLOCKS || (ch->a0 == ch->w0 && ch->a1 == ch->w1));
         }
         if (one) {
+            __atomic_fetch_add(&g_one_call_chunked, 1, __ATOMIC_RELAXED);
             j.chunk_end = malloc((size_t)n_chunks * sizeof *j.chunk_end);
             NM_ASSERT(j.chunk_end);
             for (int c = 0; c < n_chunks; c++) j.chunk_end[c] = (int32_t)(chunks[c].a1 / 32);

@@ -20,6 +20,7 @@
 #include "cpu.h"
 #include "ktest.h"
 #include "matmul.h"
+#include "matmul_internal.h"
 #include "packed.h"
 #include "pool.h"
 
@@ -503,7 +504,17 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
     block_q8x *q8a = malloc(act_q8_bytes(m, k) + 1), *q8b = malloc(act_q8_bytes(m, k) + 1);
     struct act xa = {.m = m, .k = k, .f32 = x, .q8 = q8a}, xb = {.m = m, .k = k, .f32 = x, .q8 = q8b};
     double *yd = malloc((size_t)m * n * 8), *ydr = malloc((size_t)m * n * 8);
+    /* chunks end to end from column 0 to k (kinds 1 and 2, but for a dropped first chunk; kind 0
+     * where its masked sub-range is a whole unit) go in one kernel call to the kernels that take
+     * chunk ends on any block; the others, one call per chunk (a silent fallback would give the
+     * same bits, only slower) */
+    bool one_call = ch[0].a0 == 0 && ch[nc - 1].a1 == k;
+    for (int c = 0; c < nc; c++) one_call = one_call && ch[c].a1 % 32 == 0 && (c == 0 || ch[c].a0 == ch[c - 1].a1);
+    uint64_t calls0 = pk_one_call_chunked();
     kern_matmul_chunked_f64(pool, &wp, &xa, ch, nc, yd, n);
+    if (pk_takes_block_chunks(t, m) && pk_one_call_chunked() - calls0 != (one_call ? 1u : 0u))
+        ktest_fail("chunked %s k=%" PRId64 " m=%d, %d chunks (kind %d): %s one kernel call", dtype_get(t)->name, k, m,
+                   nc, kind, one_call ? "not in" : "unexpectedly in");
     kern_matmul_chunked_f64(pool, &wr, &xb, ch, nc, ydr, n);
     float *got = malloc((size_t)m * n * 4), *want = malloc((size_t)m * n * 4);
     double *mag = malloc((size_t)m * n * 8);
@@ -537,7 +548,11 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
                        dtype_get(t)->name, k, n, m);
         if (g_have_avx2 && kern_isa_avx2_has_packed(t)) { /* the AVX2 kernel (on an AVX2-only CPU, the auto path itself) */
             kern_matmul_force_path(KERN_PATH_AVX2);
+            calls0 = pk_one_call_chunked();
             kern_matmul_chunked_f64(pool, &wp, &xr, ch, nc, ydq, n);
+            if (pk_takes_block_chunks(t, m) && pk_one_call_chunked() - calls0 != (one_call ? 1u : 0u))
+                ktest_fail("chunked %s k=%" PRId64 " m=%d (avx2 path): %s one kernel call", dtype_get(t)->name, k, m,
+                           one_call ? "not in" : "unexpectedly in");
             kern_matmul_force_path(KERN_PATH_AUTO);
             if (memcmp(ydq, yd, (size_t)m * n * 8) != 0)
                 ktest_fail("chunked %s k=%" PRId64 " n=%" PRId64 " m=%d: the avx2 path differs from the auto path's bits",
