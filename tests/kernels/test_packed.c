@@ -516,6 +516,22 @@ static void test_chunked(krng *r, struct pool *pool, enum dtype t, double tol, b
         ktest_fail("chunked %s k=%" PRId64 " m=%d, %d chunks (kind %d): %s one kernel call", dtype_get(t)->name, k, m,
                    nc, kind, one_call ? "not in" : "unexpectedly in");
     kern_matmul_chunked_f64(pool, &wr, &xb, ch, nc, ydr, n);
+    { /* the GGUF-block layout's chunks sharing a block run in one call (stacked masked copies):
+       * each chunk's partial has the bits of a call of its own, added in chunk order */
+        double *one = malloc((size_t)m * n * 8), *sum = calloc((size_t)m * n, 8);
+        block_q8x *q8c = malloc(act_q8_bytes(m, k) + 1);
+        struct act xc = {.m = m, .k = k, .f32 = x, .q8 = q8c};
+        for (int c = 0; c < nc; c++) {
+            kern_matmul_chunked_f64(pool, &wr, &xc, &ch[c], 1, one, n);
+            for (int64_t i = 0; i < (int64_t)m * n; i++) sum[i] += one[i];
+        }
+        if (memcmp(sum, ydr, (size_t)m * n * 8) != 0)
+            ktest_fail("chunked %s k=%" PRId64 " m=%d, %d chunks (kind %d), GGUF blocks: one call per chunk gives other bits",
+                       dtype_get(t)->name, k, m, nc, kind);
+        free(one);
+        free(sum);
+        free(q8c);
+    }
     float *got = malloc((size_t)m * n * 4), *want = malloc((size_t)m * n * 4);
     double *mag = malloc((size_t)m * n * 8);
     float *wf = malloc((size_t)k * 4), *af = malloc((size_t)k * 4);
