@@ -228,10 +228,11 @@ static enum nm_status index_tensors(struct gguf_file *f, bool check_overlap, cha
     qsort(f->tensor_sorted, f->n_tensors, sizeof *f->tensor_sorted, cmp_tensor_names);
     for (uint64_t i = 1; i < f->n_tensors && !st; i++) {
         const struct gguf_tensor *a = f->tensor_sorted[i - 1], *b = f->tensor_sorted[i];
-        if (strcmp(a->name, b->name) == 0 && f->n_parts > 1)
+        if (strcmp(a->name, b->name) != 0) continue;
+        if (f->n_parts > 1)
             st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate tensor name '%s' (in parts %u and %u of %u)",
                          f->path, a->name, NM_MIN(a->part, b->part) + 1, NM_MAX(a->part, b->part) + 1, f->n_parts);
-        else if (strcmp(a->name, b->name) == 0)
+        else
             st = nm_errf(err, errlen, NM_ERR_FORMAT, "%s: duplicate tensor name '%s'", f->path, a->name);
     }
     /* Overlap: sorted by offset, each tensor must end at or before the next one starts. */

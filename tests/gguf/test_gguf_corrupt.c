@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_tmpdir.h"
 #include "mkmodel.h"
 #include "model.h"
 #include "pool.h"
@@ -1202,10 +1203,6 @@ static int write_seeds(const char *dir, const char *vocab_dir, long max_bytes) {
     return 0;
 }
 
-static void rm_tmpdir(void) {
-    if (g_tmpdir) rmdir(g_tmpdir);
-}
-
 int main(int argc, char **argv) {
     g_argv0 = argv[0];
     const char *one = NULL, *write_dir = NULL, *seed_dir = NULL, *vocab_dir = NULL;
@@ -1231,12 +1228,7 @@ int main(int argc, char **argv) {
             printf("%-48s %-20s %s\n", k_cases[i].name, status_name(k_cases[i].want), k_cases[i].msg);
         return 0;
     }
-    const char *tmp = getenv("TMPDIR");
-    char tbuf[512];
-    snprintf(tbuf, sizeof tbuf, "%s/nm_gguf_corrupt.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    g_tmpdir = mkdtemp(tbuf);
-    if (!g_tmpdir) nm_fatal("mkdtemp %s failed: %s (set TMPDIR to a writable directory)", tbuf, strerror(errno));
-    atexit(rm_tmpdir);
+    g_tmpdir = gguf_tmpdir_make("nm_gguf_corrupt");
     setup_bases();
     int rc = 0;
     if (write_dir) {

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "gguf.h"
+#include "gguf_tmpdir.h"
 #include "mkmodel.h"
 #include "pool.h"
 
@@ -234,13 +235,6 @@ static void run_cases(const struct gguf_file *src) {
     }
 }
 
-static void rm_tmpdir(void) {
-    if (!g_tmpdir) return;
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "test_gguf_split: could not remove %s\n", g_tmpdir);
-}
-
 int main(int argc, char **argv) {
     if (argc >= 5 && strcmp(argv[1], "--split") == 0) {
         struct gguf_file *src;
@@ -261,12 +255,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s [--split SRC PREFIX N [--empty-first]]\n", argv[0]);
         return 2;
     }
-    const char *tmp = getenv("TMPDIR");
-    char tbuf[512];
-    snprintf(tbuf, sizeof tbuf, "%s/nm_gguf_split.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    g_tmpdir = mkdtemp(tbuf);
-    if (!g_tmpdir) nm_fatal("mkdtemp %s failed: %s (set TMPDIR to a writable directory)", tbuf, strerror(errno));
-    atexit(rm_tmpdir);
+    g_tmpdir = gguf_tmpdir_make("nm_gguf_split");
     /* the source: a tiny llama in Q4_K (blocks of 256) with an F32 norm per layer */
     char src_path[1024], err[1024];
     snprintf(src_path, sizeof src_path, "%s/src.gguf", g_tmpdir);
