@@ -11,13 +11,15 @@
  * sub-block by loads built into a vector in registers and their 32 signs from a table of the
  * 7-bit sign groups (or a byte shuffle and compare of stored sign bytes), the magnitudes going to
  * vpmaddubsw as they are and the signs onto the activations (blk_msign), IQ1_S and IQ1_M their
- * grid entries the same way; the IQ types' scales are their integer k per half in the lanes and
- * one vector formula (iq_scale); block_codec.decode32 (the plain-C decoder the references use)
+ * grid entries the same way (IQ1_M's deltas by a byte shuffle and compare); the IQ types' scales
+ * are their integer k per half and d per super-block, for the tile's 8 rows at once from gathers
+ * (iq_k_lanes, iq_d_lanes), and one vector formula (iq_scale); block_codec.decode32 (the plain-C decoder the references use)
  * is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
  * for term and in the same order, one weight row per lane (this file is built with
  * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
  * activation row) result has the reference's bits, in any tile (test_kernels_fast). */
 #include <immintrin.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "../base.h"
@@ -93,14 +95,6 @@ NM_INLINE __m256 iq_scale(const enum dtype t, __m256 d, __m256i k) {
  * blk_decode gives the magnitudes and the signs (-1, +1) apart, and the sign goes onto the
  * activation (IQ1_S/IQ1_M's codes are signed values). */
 NM_INLINE bool blk_msign(const enum dtype t) { return blk_iq(t) && t != DTYPE_IQ1_S && t != DTYPE_IQ1_M; }
-/* The f16 bits of d of an IQ grid type's block. */
-NM_INLINE uint16_t iq_d16(const enum dtype t, const uint8_t *blk) {
-    uint16_t d;
-    if (t == DTYPE_IQ1_M) return iq1_m_d_bits((const block_iq1_m *)blk);
-    memcpy(&d, blk, 2); /* d leads the other IQ grid blocks */
-    return d;
-}
-
 /* 4 grid entries of 8 bytes as one vector (entry l: bytes 8l .. 8l + 7), built in registers. */
 NM_INLINE __m256i iq_grid4(const uint64_t g[4]) {
     return _mm256_setr_epi64x((long long)g[0], (long long)g[1], (long long)g[2], (long long)g[3]);
@@ -110,6 +104,17 @@ NM_INLINE __m256i iq_grid4(const uint64_t g[4]) {
  * and the deltas per byte (a 16-bit shift by 3, the bits it carries across bytes masked off). */
 NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
     return _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(iq_grid4(g), 3), _mm256_set1_epi8((char)0xF8)), delta);
+}
+
+/* IQ1_M's deltas of a sub-block's 4 groups of 8, -1 or +1 per byte (iq1_codes): group l's is -1
+ * where bit 3 of its nibble (bit 4l + 3 of w, the sub-block's two qh bytes) is set. */
+NM_INLINE __m256i iq1m_delta(uint16_t w) {
+    const __m256i lo_hi = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                                           1, 1, 1, 1, 1, 1); /* groups 0, 1: qh byte 0; 2, 3: byte 1 */
+    const __m256i bit = _mm256_setr_epi8(8, 8, 8, 8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128, 8, 8, 8,
+                                         8, 8, 8, 8, 8, -128, -128, -128, -128, -128, -128, -128, -128);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi16((short)w), lo_hi);
+    return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(1));
 }
 
 /* The signs (-1, +1) of 32 values from their 32 sign bits (bit c set: value c negative). */
@@ -167,8 +172,8 @@ NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
 
 /* Sub-block j of the block at blk of a type that is not blk_gathered, as block.h decodes it:
  * codes into *q and, for blk_msign types, the magnitudes into *q and the signs into *sg; for
- * the IQ grid types (blk_iq) the integers k of iq_scale per half, for the others scales d and
- * offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
+ * iq_k_inline types k into *k (the other IQ grid types' scales come from iq_k_lanes), for the
+ * types that are not IQ grid types scales d and offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
                           __m256i *sg, float *d, float *m, uint32_t *k) {
     switch (t) {
@@ -180,7 +185,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint64_t g[4];
         NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq2xxs[p[l]];
         *q = iq_grid4(g), *sg = iq_sign_7x4(w);
-        k[0] = k[1] = w >> 28;
+        *k = w >> 28;
         return;
     }
     case DTYPE_IQ2_XS: { /* iq2_xs_decode32 */
@@ -192,7 +197,6 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
             sgn[l] = g_signs7[v >> 9];
         }
         *q = iq_grid4(g), *sg = iq_grid4(sgn);
-        k[0] = b->scales[j] & 0xFu, k[1] = (uint32_t)b->scales[j] >> 4;
         return;
     }
     case DTYPE_IQ2_S: { /* iq2_s_decode32 */
@@ -203,7 +207,6 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t sb;
         memcpy(&sb, b->qs + QK_IQ2_S / 8 + 4 * j, 4);
         *q = iq_grid4(g), *sg = iq_sign_bits(sb);
-        k[0] = b->scales[j] & 0xFu, k[1] = (uint32_t)b->scales[j] >> 4;
         return;
     }
     case DTYPE_IQ3_XXS: { /* iq3_xxs_decode32 */
@@ -215,7 +218,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         NM_UNROLL for (int l = 0; l < 4; l++)
             g[l] = (uint64_t)iq_grid_iq3xxs[idx[2 * l]] | (uint64_t)iq_grid_iq3xxs[idx[2 * l + 1]] << 32;
         *q = iq_grid4(g), *sg = iq_sign_7x4(w);
-        k[0] = k[1] = w >> 28;
+        *k = w >> 28;
         return;
     }
     case DTYPE_IQ3_S: { /* iq3_s_decode32 */
@@ -229,7 +232,6 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint32_t sb;
         memcpy(&sb, b->signs + 4 * j, 4);
         *q = iq_grid4(g), *sg = iq_sign_bits(sb);
-        k[0] = k[1] = 1u + 2u * ((uint32_t)(b->scales[j / 2] >> (4 * (j % 2))) & 0xFu);
         return;
     }
     case DTYPE_IQ1_S: { /* iq1_s_decode32: 8 g + delta, delta -1 or +1 for the sub-block */
@@ -238,20 +240,15 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint64_t g[4];
         NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
         *q = iq1_codes(g, _mm256_set1_epi8((w >> 15) ? -1 : 1));
-        k[0] = k[1] = 2u * ((w >> 12) & 7u) + 1u;
         return;
     }
     case DTYPE_IQ1_M: { /* iq1_m_decode32: 8 g + delta, delta -1 or +1 per group of 8 */
         const block_iq1_m *b = (const block_iq1_m *)blk;
-        uint64_t g[4], dl[4];
-        NM_UNROLL for (int l = 0; l < 4; l++) {
-            const uint32_t nib = (uint32_t)(b->qh[2 * j + l / 2] >> (4 * (l % 2))) & 0xFu;
-            g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | (nib & 7u) << 8];
-            dl[l] = (nib >> 3) ? ~0ull : 0x0101010101010101ull;
-        }
-        *q = iq1_codes(g, iq_grid4(dl));
-        const uint32_t sc = iq1_m_sc(b, j / 2) >> (6 * (j % 2));
-        NM_UNROLL for (int h = 0; h < 2; h++) k[h] = 2u * ((sc >> (3 * h)) & 7u) + 1u;
+        uint16_t w; /* the sub-block's 4 nibbles: group l's at bit 4l */
+        memcpy(&w, b->qh + 2 * j, 2);
+        uint64_t g[4];
+        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((uint32_t)w >> (4 * l) & 7u) << 8];
+        *q = iq1_codes(g, iq1m_delta(w));
         return;
     }
     default: {
@@ -285,6 +282,65 @@ NM_INLINE __m256i gsc_gather(const uint8_t *blk0, const struct gsc_rows *g, int 
     return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), (const int *)(blk0 + off), g->off, g->mask, 1);
 }
 
+/* IQ2_XXS and IQ3_XXS: k is the top 4 bits of the sign word their decode reads anyway, so
+ * blk_decode gives it per row (a gather would cost more); the other IQ grid types: iq_k_lanes. */
+NM_INLINE bool iq_k_inline(const enum dtype t) { return t == DTYPE_IQ2_XXS || t == DTYPE_IQ3_XXS; }
+
+/* The integers k of iq_scale for sub-block j (per half: k0, k1) of the rows' blocks at blk0 (the
+ * IQ grid types but iq_k_inline), as their decode32 computes them, from a gather of the dword that holds them
+ * (a dword inside the block: where the field is near the block's end, the dword ending on it). */
+NM_INLINE void iq_k_lanes(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g, int j, __m256i *k0,
+                          __m256i *k1) {
+    const __m256i f = _mm256_set1_epi32(0xF), s7 = _mm256_set1_epi32(7), one = _mm256_set1_epi32(1);
+    switch (t) {
+    case DTYPE_IQ2_XS:
+    case DTYPE_IQ2_S: { /* scales[j], the dword's top byte: low nibble k0, high nibble k1 */
+        const int sc = t == DTYPE_IQ2_XS ? (int)offsetof(block_iq2_xs, scales) : (int)offsetof(block_iq2_s, scales);
+        const __m256i v = gsc_gather(blk0, g, sc + j - 3);
+        *k0 = _mm256_and_si256(_mm256_srli_epi32(v, 24), f);
+        *k1 = _mm256_srli_epi32(v, 28);
+        return;
+    }
+    case DTYPE_IQ3_S: { /* 1 + 2 s, s nibble j of the 4 scale bytes (the block's last dword) */
+        const __m256i v = _mm256_srl_epi32(gsc_gather(blk0, g, (int)offsetof(block_iq3_s, scales)), _mm_cvtsi32_si128(4 * j));
+        *k0 = *k1 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(v, f), 1));
+        return;
+    }
+    case DTYPE_IQ1_S: { /* 2 s + 1, s bits 12..14 of qh[j] (the dword's upper half) */
+        const __m256i v = gsc_gather(blk0, g, (int)offsetof(block_iq1_s, qh) + 2 * j - 2);
+        *k0 = *k1 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 28), s7), 1));
+        return;
+    }
+    default: { /* IQ1_M: 2 s + 1 per half h, s the 3 bits at 6 (j % 2) + 3 h of sc[j / 2] (the dword's upper half) */
+        const __m256i v = _mm256_srl_epi32(gsc_gather(blk0, g, (int)offsetof(block_iq1_m, scales) + 2 * (j / 2) - 2),
+                                           _mm_cvtsi32_si128(16 + 6 * (j % 2)));
+        *k0 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(v, s7), 1));
+        *k1 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 3), s7), 1));
+        return;
+    }
+    }
+}
+
+/* 8 f16 bits (lane i: the low 16 bits of v's lane i) as f32 lanes. */
+NM_INLINE __m256 gsc_f16(__m256i v) {
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08)));
+}
+
+/* The IQ grid types' super-block d of the rows' blocks at blk0 as f32 lanes: the leading f16, or
+ * IQ1_M's, assembled from the top nibbles of sc[0..3] (iq1_m_d_bits). */
+NM_INLINE __m256 iq_d_lanes(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g) {
+    const __m256i m16 = _mm256_set1_epi32(0xFFFF);
+    if (t != DTYPE_IQ1_M) return gsc_f16(_mm256_and_si256(gsc_gather(blk0, g, 0), m16));
+    const int sc = (int)offsetof(block_iq1_m, scales);
+    const __m256i a = gsc_gather(blk0, g, sc), b = gsc_gather(blk0, g, sc + 4); /* sc0 | sc1 << 16, sc2 | sc3 << 16 */
+    const __m256i d = _mm256_or_si256(
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a, 12), _mm256_set1_epi32(0x000F)),
+                        _mm256_and_si256(_mm256_srli_epi32(a, 24), _mm256_set1_epi32(0x00F0))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(b, 4), _mm256_set1_epi32(0x0F00)),
+                        _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(0xF000))));
+    return gsc_f16(d);
+}
+
 /* d (and Q2_K's dmin, Q5_1's m) of the rows' block or super-block at blk0 as f32 lanes. */
 NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g, __m256 *d, __m256 *dmin) {
     /* Q2_K: d, dmin at bytes 80, 82; Q3_K: d at 108, the block's last 2 bytes (the dword at 106);
@@ -292,8 +348,8 @@ NM_INLINE void gsc_d(const enum dtype t, const uint8_t *blk0, const struct gsc_r
     const __m256i v = gsc_gather(blk0, g, t == DTYPE_Q2_K ? 80 : t == DTYPE_Q3_K ? 106 : 0);
     const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), hi = _mm256_srli_epi32(v, 16);
     const __m256i d16 = t == DTYPE_Q3_K ? hi : lo;
-    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(d16, d16), 0x08)));
-    *dmin = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(hi, hi), 0x08)));
+    *d = gsc_f16(d16);
+    *dmin = gsc_f16(hi);
 }
 
 /* Sub-block j's half scales d0, d1 and offsets m0, m1 of the rows' super-block at blk0. */
@@ -371,21 +427,17 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
     for (int64_t s = 0; s < nsub; s++) {
         __m256i q[BLK_WROWS], sg[BLK_WROWS]; /* blk_msign: magnitudes q, signs sg */
         float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
-        uint32_t k0[BLK_WROWS], k1[BLK_WROWS];
+        uint32_t k[BLK_WROWS] = {0}; /* iq_k_inline: the rows' k */
         const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
         const int j = (int)(s % per);
         if (gsc && j == 0) gsc_d(t, blk0, &g, &kd, &kdmin);
-        if (blk_iq(t) && j == 0) {
-            uint16_t d16[BLK_WROWS];
-            NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) d16[i] = i < rr ? iq_d16(t, blk0 + (size_t)i * ws) : 0;
-            kd = _mm256_cvtph_ps(_mm_setr_epi16((short)d16[0], (short)d16[1], (short)d16[2], (short)d16[3],
-                                                (short)d16[4], (short)d16[5], (short)d16[6], (short)d16[7]));
-        }
-        __m256i p1[BLK_WROWS];
+        if (blk_iq(t) && j == 0) kd = iq_d_lanes(t, blk0, &g);
+        /* one activation row: each row pair's vphaddd as soon as its two rows are decoded, so
+         * that neither the codes nor 8 rows' products stay live (they spilled) */
+        __m256i pp[BLK_WROWS / 2], pe = _mm256_setzero_si256();
         const __m256i a1 = _mm256_loadu_si256((const __m256i *)(x[0] + s)->qs);
         NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) {
             float d[2] = {0, 0}, m[2] = {0, 0};
-            uint32_t k[2] = {0, 0};
             q[i] = sg[i] = _mm256_setzero_si256();
             if (i < rr) {
                 const uint8_t *blk = blk0 + (size_t)i * ws;
@@ -393,12 +445,14 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
                     for (size_t o = 0; o < tsz; o += 64)
                         _mm_prefetch((const char *)blk + BLK_WROWS * ws + o, _MM_HINT_T0);
                 if (gsc) q[i] = gsc_codes(t, blk, j);
-                else blk_decode(t, c, blk, j, &q[i], &sg[i], d, m, k);
+                else blk_decode(t, c, blk, j, &q[i], &sg[i], d, m, &k[i]);
             }
-            /* one activation row: the row's products now, so the codes need not stay live */
-            if (cc == 1) p1[i] = blk_rowdot(t, q[i], sg[i], a1);
+            if (cc == 1) {
+                const __m256i p = blk_rowdot(t, q[i], sg[i], a1);
+                if (i & 1) pp[i / 2] = _mm256_hadd_epi32(pe, p);
+                else pe = p;
+            }
             d0[i] = d[0], d1[i] = d[1], m0[i] = m[0], m1[i] = m[1];
-            k0[i] = k[0], k1[i] = k[1];
         }
         /* the 8 rows' scalars into lanes in registers: a vector load of 8 scalar stores
          * would wait for them to retire (no store forwarding) */
@@ -406,12 +460,13 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
         if (gsc) {
             gsc_scales(t, blk0, &g, j, kd, kdmin, &vd0, &vd1, &vm0, &vm1);
         } else if (blk_iq(t)) {
-            vd0 = iq_scale(t, kd, _mm256_setr_epi32((int)k0[0], (int)k0[1], (int)k0[2], (int)k0[3], (int)k0[4],
-                                                    (int)k0[5], (int)k0[6], (int)k0[7]));
-            vd1 = t == DTYPE_IQ2_XS || t == DTYPE_IQ2_S || t == DTYPE_IQ1_M /* a scale per half */
-                      ? iq_scale(t, kd, _mm256_setr_epi32((int)k1[0], (int)k1[1], (int)k1[2], (int)k1[3],
-                                                          (int)k1[4], (int)k1[5], (int)k1[6], (int)k1[7]))
-                      : vd0;
+            __m256i k0, k1;
+            if (iq_k_inline(t))
+                k0 = k1 = _mm256_setr_epi32((int)k[0], (int)k[1], (int)k[2], (int)k[3], (int)k[4], (int)k[5], (int)k[6],
+                                            (int)k[7]);
+            else iq_k_lanes(t, blk0, &g, j, &k0, &k1);
+            vd0 = iq_scale(t, kd, k0);
+            vd1 = t == DTYPE_IQ2_XS || t == DTYPE_IQ2_S || t == DTYPE_IQ1_M /* a scale per half */ ? iq_scale(t, kd, k1) : vd0;
             vm0 = vm1 = _mm256_set1_ps(IQ_NO_OFFSET); /* unused: see the f32 step */
         } else {
             vd0 = blk_lanes(d0), vd1 = blk_lanes(d1);
@@ -420,8 +475,11 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
         NM_UNROLL for (int k = 0; k < cc; k++) {
             const block_q8x *xa = x[k] + s;
             const __m256i a = _mm256_loadu_si256((const __m256i *)xa->qs);
-            __m256i p[BLK_WROWS];
-            NM_UNROLL for (int i = 0; i < BLK_WROWS; i++) p[i] = cc == 1 ? p1[i] : blk_rowdot(t, q[i], sg[i], a);
+            __m256i hp[BLK_WROWS / 2]; /* the row pairs' vphaddd */
+            NM_UNROLL for (int i = 0; i < BLK_WROWS / 2; i++)
+                hp[i] = cc == 1 ? pp[i]
+                               : _mm256_hadd_epi32(blk_rowdot(t, q[2 * i], sg[2 * i], a),
+                                                   blk_rowdot(t, q[2 * i + 1], sg[2 * i + 1], a));
             /* the activations' half sums: for the code offset and the offsets m (the IQ grid
              * types have neither) */
             __m256i sa = _mm256_setzero_si256();
@@ -430,9 +488,8 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
                 sa = _mm256_hadd_epi32(sa, sa);
                 sa = _mm256_hadd_epi32(sa, sa); /* 128-bit lane 0: half 0's sum, lane 1: half 1's */
             }
-            /* dwords of p[i]: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
-            const __m256i x0 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-            const __m256i x1 = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+            /* dwords of a row's products: 0..3 half 0, 4..7 half 1 -> x0: rows 0..3 (half 0 | half 1), x1: rows 4..7 */
+            const __m256i x0 = _mm256_hadd_epi32(hp[0], hp[1]), x1 = _mm256_hadd_epi32(hp[2], hp[3]);
             __m256i si0 = _mm256_permute2x128_si256(x0, x1, 0x20), si1 = _mm256_permute2x128_si256(x0, x1, 0x31);
             if (uoff > 0) { /* sum of (u - uoff) a = sum of u a - uoff sum of a */
                 const __m256i o = _mm256_mullo_epi32(sa, _mm256_set1_epi32(uoff));
@@ -471,7 +528,7 @@ NM_INLINE void blk_tiles(const enum dtype t, const struct block_codec *c, const 
                          size_t ws, int nr, const void *act, size_t as, int c0, float *y, int64_t ldy) {
     /* sub-blocks per block: a constant, no division per sub-block */
     NM_ASSERT((t == DTYPE_Q5_0 || t == DTYPE_Q5_1 || t == DTYPE_IQ4_NL ? 1 : 8) == (int)c->info.blck_size / 32);
-    NM_ASSERT(!blk_gathered(t) || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
+    NM_ASSERT(!(blk_gathered(t) || blk_iq(t)) || ws <= (size_t)INT32_MAX / 16); /* the gathers' int32 byte offsets */
     const block_q8x *x[BLK_ROWS];
     NM_UNROLL for (int k = 0; k < cc; k++) x[k] = (const block_q8x *)((const uint8_t *)act + (size_t)(c0 + k) * as);
     for (int r0 = 0; r0 < nr; r0 += BLK_WROWS) { /* full tiles compiled apart, without the row checks */
