@@ -100,11 +100,13 @@ NM_INLINE __m256i iq_grid4(const uint64_t g[4]) {
     return _mm256_setr_epi64x((long long)g[0], (long long)g[1], (long long)g[2], (long long)g[3]);
 }
 
-/* IQ1_S/IQ1_M's 32 codes 8 g + delta (iq1_code) from the grid bytes g (-1, 0, 1) of 4 groups
- * and the deltas per byte (a 16-bit shift by 3, the bits it carries across bytes masked off). */
-NM_INLINE __m256i iq1_codes(const uint64_t g[4], __m256i delta) {
-    return _mm256_add_epi8(_mm256_and_si256(_mm256_slli_epi16(iq_grid4(g), 3), _mm256_set1_epi8((char)0xF8)), delta);
-}
+/* IQ1_S/IQ1_M's grid entries with each byte g (-1, 0, 1) as 8 g + 9 (1, 9, 17): filled once from
+ * iq_grid_iq1s by avx2_fill_blocks. */
+static uint64_t g_iq1_u9[2048];
+
+/* IQ1_S/IQ1_M's 32 codes 8 g + delta (iq1_code) plus blk_uoff's 9 (0..18, unsigned), from the
+ * g_iq1_u9 entries of 4 groups and the deltas (-1, +1) per byte. */
+NM_INLINE __m256i iq1_codes(const uint64_t u9[4], __m256i delta) { return _mm256_add_epi8(iq_grid4(u9), delta); }
 
 /* IQ1_M's deltas of a sub-block's 4 groups of 8, -1 or +1 per byte (iq1_codes): group l's is -1
  * where bit 3 of its nibble (bit 4l + 3 of w, the sub-block's two qh bytes) is set. */
@@ -131,12 +133,15 @@ NM_INLINE __m256i k_low2(const uint8_t *qs, int j) {
 NM_INLINE __m256i iq4nl_codes(const uint8_t *qs) { return _mm256_shuffle_epi8(avx2_iq4nl_lut(), nibbles32(qs)); }
 
 /* The types whose block.h codes are u - blk_uoff(t) with u small and unsigned (0..31): gsc_codes
- * gives u, which vpmaddubsw takes as it is (2 x 31 x 127 fits its int16), and the integer sums
- * subtract blk_uoff(t) times the activations' sum, the same integers as the codes' sums. The
- * other types' codes are signed (or too large for that) and take vpsignb: -1. */
+ * (and IQ1_S/IQ1_M's iq1_codes) give u, which vpmaddubsw takes as it is (2 x 31 x 127 fits its
+ * int16), and the integer sums subtract blk_uoff(t) times the activations' sum, the same
+ * integers as the codes' sums. The other types' codes are signed (or too large for that) and
+ * take vpsignb: -1. */
 NM_INLINE int blk_uoff(const enum dtype t) {
     switch (t) {
     case DTYPE_Q5_0: return 16;
+    case DTYPE_IQ1_S:
+    case DTYPE_IQ1_M: return 9;
     case DTYPE_Q3_K: return 4;
     case DTYPE_Q5_1:
     case DTYPE_Q2_K: return 0;
@@ -238,7 +243,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         const block_iq1_s *b = (const block_iq1_s *)blk;
         const uint32_t w = b->qh[j];
         uint64_t g[4];
-        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
+        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = g_iq1_u9[(uint32_t)b->qs[4 * j + l] | ((w >> (3 * l)) & 7u) << 8];
         *q = iq1_codes(g, _mm256_set1_epi8((w >> 15) ? -1 : 1));
         return;
     }
@@ -247,7 +252,7 @@ NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const
         uint16_t w; /* the sub-block's 4 nibbles: group l's at bit 4l */
         memcpy(&w, b->qh + 2 * j, 2);
         uint64_t g[4];
-        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = iq_grid_iq1s[(uint32_t)b->qs[4 * j + l] | ((uint32_t)w >> (4 * l) & 7u) << 8];
+        NM_UNROLL for (int l = 0; l < 4; l++) g[l] = g_iq1_u9[(uint32_t)b->qs[4 * j + l] | ((uint32_t)w >> (4 * l) & 7u) << 8];
         *q = iq1_codes(g, iq1m_delta(w));
         return;
     }
@@ -481,9 +486,9 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
                                : _mm256_hadd_epi32(blk_rowdot(t, q[2 * i], sg[2 * i], a),
                                                    blk_rowdot(t, q[2 * i + 1], sg[2 * i + 1], a));
             /* the activations' half sums: for the code offset and the offsets m (the IQ grid
-             * types have neither) */
+             * types have no m, and only IQ1_S and IQ1_M a code offset) */
             __m256i sa = _mm256_setzero_si256();
-            if (!blk_iq(t)) {
+            if (!blk_iq(t) || uoff > 0) {
                 sa = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, a), ones16);
                 sa = _mm256_hadd_epi32(sa, sa);
                 sa = _mm256_hadd_epi32(sa, sa); /* 128-bit lane 0: half 0's sum, lane 1: half 1's */
@@ -565,6 +570,11 @@ BLOCK_TYPES(BLK_FNS)
 #undef BLK_FNS
 
 void avx2_fill_blocks(struct kern_isa *t) {
+    for (uint32_t i = 0; i < 2048; i++) {
+        uint64_t u = 0;
+        for (int c = 0; c < 8; c++) u |= (uint64_t)(uint8_t)(8 * (int)(int8_t)iq_grid_byte(iq_grid_iq1s[i], c) + 9) << (8 * c);
+        g_iq1_u9[i] = u;
+    }
     for (uint32_t i = 0; i < 128; i++) {
         const uint32_t sb = iq_sign_byte(i);
         uint64_t m = 0;
