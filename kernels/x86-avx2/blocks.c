@@ -13,11 +13,12 @@
  * vpmaddubsw as they are and the signs onto the activations (blk_msign), IQ1_S and IQ1_M their
  * grid entries the same way (IQ1_M's deltas by a byte shuffle and compare); the IQ types' scales
  * are their integer k per half and d per super-block, for the tile's 8 rows at once from gathers
- * (iq_k_lanes, iq_d_lanes), and one vector formula (iq_scale); block_codec.decode32 (the plain-C decoder the references use)
- * is left for types without such a case. The float arithmetic per sub-block is block_vec_dot_ref's, term
- * for term and in the same order, one weight row per lane (this file is built with
- * -ffp-contract=off, kernels.cmake), and the integer sums are exact, so every (weight row,
- * activation row) result has the reference's bits, in any tile (test_kernels_fast). */
+ * (iq_k_lanes, iq_d_lanes), and one vector formula (iq_scale); block_codec.decode32 (the plain-C
+ * decoder the references use) is left for types without such a case. The float arithmetic per
+ * sub-block is block_vec_dot_ref's, term for term and in the same order, one weight row per lane
+ * (this file is built with -ffp-contract=off, kernels.cmake), and the integer sums are exact, so
+ * every (weight row, activation row) result has the reference's bits, in any tile
+ * (test_kernels_fast). */
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
@@ -178,7 +179,8 @@ NM_INLINE __m256i gsc_codes(const enum dtype t, const uint8_t *blk, int j) {
 /* Sub-block j of the block at blk of a type that is not blk_gathered, as block.h decodes it:
  * codes into *q and, for blk_msign types, the magnitudes into *q and the signs into *sg; for
  * iq_k_inline types k into *k (the other IQ grid types' scales come from iq_k_lanes), for the
- * types that are not IQ grid types scales d and offsets m (F16C's conversion: blk_fp16's bits for every input, NaNs quieted as it does). */
+ * types that are not IQ grid types scales d and offsets m (F16C's conversion: blk_fp16's bits
+ * for every input, NaNs quieted as it does). */
 NM_INLINE void blk_decode(const enum dtype t, const struct block_codec *c, const uint8_t *blk, int j, __m256i *q,
                           __m256i *sg, float *d, float *m, uint32_t *k) {
     switch (t) {
@@ -292,8 +294,9 @@ NM_INLINE __m256i gsc_gather(const uint8_t *blk0, const struct gsc_rows *g, int 
 NM_INLINE bool iq_k_inline(const enum dtype t) { return t == DTYPE_IQ2_XXS || t == DTYPE_IQ3_XXS; }
 
 /* The integers k of iq_scale for sub-block j (per half: k0, k1) of the rows' blocks at blk0 (the
- * IQ grid types but iq_k_inline), as their decode32 computes them, from a gather of the dword that holds them
- * (a dword inside the block: where the field is near the block's end, the dword ending on it). */
+ * IQ grid types but iq_k_inline), as their decode32 computes them, from a gather of the dword that
+ * holds them (a dword inside the block: where the field is near the block's end, the dword ending
+ * on it). */
 NM_INLINE void iq_k_lanes(const enum dtype t, const uint8_t *blk0, const struct gsc_rows *g, int j, __m256i *k0,
                           __m256i *k1) {
     const __m256i f = _mm256_set1_epi32(0xF), s7 = _mm256_set1_epi32(7), one = _mm256_set1_epi32(1);
