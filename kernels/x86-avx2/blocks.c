@@ -319,13 +319,14 @@ NM_INLINE void iq_k_lanes(const enum dtype t, const uint8_t *blk0, const struct 
         *k0 = *k1 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 28), s7), 1));
         return;
     }
-    default: { /* IQ1_M: 2 s + 1 per half h, s the 3 bits at 6 (j % 2) + 3 h of sc[j / 2] (the dword's upper half) */
+    case DTYPE_IQ1_M: { /* 2 s + 1 per half h, s the 3 bits at 6 (j % 2) + 3 h of sc[j / 2] (the dword's upper half) */
         const __m256i v = _mm256_srl_epi32(gsc_gather(blk0, g, (int)offsetof(block_iq1_m, scales) + 2 * (j / 2) - 2),
                                            _mm_cvtsi32_si128(16 + 6 * (j % 2)));
         *k0 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(v, s7), 1));
         *k1 = _mm256_add_epi32(one, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v, 3), s7), 1));
         return;
     }
+    default: nm_bug(__FILE__, __LINE__, "iq_k_lanes: not an IQ grid type with gathered scales");
     }
 }
 
@@ -435,7 +436,7 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
     for (int64_t s = 0; s < nsub; s++) {
         __m256i q[BLK_WROWS], sg[BLK_WROWS]; /* blk_msign: magnitudes q, signs sg */
         float d0[BLK_WROWS], d1[BLK_WROWS], m0[BLK_WROWS], m1[BLK_WROWS];
-        uint32_t k[BLK_WROWS] = {0}; /* iq_k_inline: the rows' k */
+        uint32_t krow[BLK_WROWS] = {0}; /* iq_k_inline: the rows' k */
         const uint8_t *blk0 = row0 + (size_t)(s / per) * tsz;
         const int j = (int)(s % per);
         if (gsc && j == 0) gsc_d(t, blk0, &g, &kd, &kdmin);
@@ -453,7 +454,7 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
                     for (size_t o = 0; o < tsz; o += 64)
                         _mm_prefetch((const char *)blk + BLK_WROWS * ws + o, _MM_HINT_T0);
                 if (gsc) q[i] = gsc_codes(t, blk, j);
-                else blk_decode(t, c, blk, j, &q[i], &sg[i], d, m, &k[i]);
+                else blk_decode(t, c, blk, j, &q[i], &sg[i], d, m, &krow[i]);
             }
             if (cc == 1) {
                 const __m256i p = blk_rowdot(t, q[i], sg[i], a1);
@@ -470,8 +471,8 @@ NM_INLINE void blk_tile(const enum dtype t, const struct block_codec *c, const i
         } else if (blk_iq(t)) {
             __m256i k0, k1;
             if (iq_k_inline(t))
-                k0 = k1 = _mm256_setr_epi32((int)k[0], (int)k[1], (int)k[2], (int)k[3], (int)k[4], (int)k[5], (int)k[6],
-                                            (int)k[7]);
+                k0 = k1 = _mm256_setr_epi32((int)krow[0], (int)krow[1], (int)krow[2], (int)krow[3], (int)krow[4],
+                                            (int)krow[5], (int)krow[6], (int)krow[7]);
             else iq_k_lanes(t, blk0, &g, j, &k0, &k1);
             vd0 = iq_scale(t, kd, k0);
             vd1 = t == DTYPE_IQ2_XS || t == DTYPE_IQ2_S || t == DTYPE_IQ1_M /* a scale per half */ ? iq_scale(t, kd, k1) : vd0;
