@@ -644,7 +644,16 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 #endif
 /* (job 31, H100, llama-3-8b layer of 16 rows: 4 warps and the unit loop rolled 262 / 410 / 285
  * us for Q4_0 / Q4_K / Q8_0, 8 warps and unrolled 211 / 208 / 227) */
-constexpr int MQ_WARPS = NM_MQ_WARPS, MQ_CU = 8, MQ_DEPTH = 3, MQ_UNROLL = NM_MQ_UNROLL;
+/* (session 18, job 8, H100, llama-3-8b layer at 16 rows, Q4_0 / Q4_K: 188.5 / 182.7 us as
+ * committed; chunks of 16 units with 2 in flight 192.2 / 184.5; 4 in flight 188.6 / 182.9: the
+ * weight stream does not bound this kernel) */
+#ifndef NM_MQ_CU
+#define NM_MQ_CU 8 /* (a build option for measurements: units per staged chunk, a multiple of 8) */
+#endif
+#ifndef NM_MQ_DEPTH
+#define NM_MQ_DEPTH 3 /* (a build option for measurements: chunks in flight per warp) */
+#endif
+constexpr int MQ_WARPS = NM_MQ_WARPS, MQ_CU = NM_MQ_CU, MQ_DEPTH = NM_MQ_DEPTH, MQ_UNROLL = NM_MQ_UNROLL;
 /* From this many rows on (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x this
  * kernel's time, at 4 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
 constexpr int MQ_MIN_ROWS = 5;
