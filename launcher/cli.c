@@ -3,12 +3,15 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base.h"
@@ -151,4 +154,76 @@ bool cli_default_model(char *path, size_t len, struct pool *pool) {
         return false;
     }
     return true;
+}
+
+bool cli_first_line(char *const argv[], char *out, size_t len) {
+    int fd[2];
+    if (pipe(fd) != 0) return false;
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return false;
+    }
+    if (pid == 0) {
+        const int dn = open("/dev/null", O_RDWR);
+        dup2(fd[1], 1);
+        if (dn >= 0) {
+            dup2(dn, 0);
+            dup2(dn, 2);
+        }
+        close(fd[0]);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    FILE *f = fdopen(fd[0], "r");
+    char line[512] = "";
+    bool got = f && fgets(line, sizeof line, f) != NULL;
+    if (f) {
+        char sink[512];
+        while (fgets(sink, sizeof sink, f)) {}
+        fclose(f);
+    } else {
+        close(fd[0]);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    got = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    line[strcspn(line, "\r\n")] = 0;
+    if (got) snprintf(out, len, "%s", line);
+    return got && *line;
+}
+
+void cli_build_info(char *commit, size_t len, int *number) {
+    snprintf(commit, len, "unknown");
+    *number = 0;
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
+    if (n <= 0) return;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (!slash) return;
+    strcpy(slash + 1, "CMakeCache.txt");
+    FILE *f = fopen(exe, "r");
+    if (!f) return;
+    char line[4200], src[sizeof line] = "";
+    static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, sizeof key - 1) == 0) {
+            snprintf(src, sizeof src, "%s", line + sizeof key - 1);
+            src[strcspn(src, "\r\n")] = 0;
+        }
+    fclose(f);
+    if (!*src) return;
+    char *rev[] = {"git", "-C", src, "rev-parse", "--short", "HEAD", NULL};
+    char *cnt[] = {"git", "-C", src, "rev-list", "--count", "HEAD", NULL};
+    char *top[] = {"git", "-C", src, "rev-parse", "--show-toplevel", NULL};
+    char buf[4096];
+    /* Only the source tree's own repository counts (a copy without .git inside another
+     * repository would report that one's commit). */
+    char real[4096];
+    if (!realpath(src, real) || !cli_first_line(top, buf, sizeof buf) || strcmp(buf, real) != 0) return;
+    if (cli_first_line(rev, buf, sizeof buf)) snprintf(commit, len, "%s", buf);
+    if (cli_first_line(cnt, buf, sizeof buf)) *number = atoi(buf);
 }

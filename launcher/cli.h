@@ -28,6 +28,14 @@ struct pool *cli_pool(int n_threads);
  * false after printing an error. */
 bool cli_default_model(char *path, size_t len, struct pool *pool);
 
+/* Run argv (stdin and stderr to /dev/null) and keep the first line of its output in out (false
+ * when it did not run, failed or printed nothing). */
+bool cli_first_line(char *const argv[], char *out, size_t len);
+/* The commit (short hash) and commit count of the source tree this binary was built from, which
+ * its build directory's CMakeCache.txt names: "unknown" and 0 when that tree is not a git
+ * checkout of its own, or the binary has moved. */
+void cli_build_info(char *commit, size_t len, int *number);
+
 int cmd_run(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);

@@ -19,7 +19,9 @@ static void usage(FILE *f) {
             "  bench      llama-bench's tests over rank counts, with bandwidth and scaling efficiency\n"
             "  mkmodel    write a synthetic GGUF model with a real model's shapes\n"
             "  tokenize   print the token ids and pieces of a text\n"
-            "  topo       print the machine (NUMA nodes, cores, memory, GPUs) and, with -m, the rank plan\n");
+            "  topo       print the machine (NUMA nodes, cores, memory, GPUs) and, with -m, the rank plan\n"
+            "\n"
+            "numallm --version: the commit this binary was built from\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,6 +37,18 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "mkmodel") == 0) return cmd_mkmodel(argc - 1, argv + 1);
     if (strcmp(cmd, "topo") == 0) return cmd_topo(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        char commit[64];
+        int number;
+        cli_build_info(commit, sizeof commit, &number);
+#ifdef __clang__
+        const char *cc = "clang " __clang_version__;
+#else
+        const char *cc = "gcc " __VERSION__;
+#endif
+        printf("version: %d (%s)\nbuilt with %s\n", number, commit, cc);
+        return 0;
+    }
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

@@ -14,6 +14,7 @@
 #include <numa.h>
 #endif
 
+#include "cli.h"
 #include "cpu.h"
 #include "gpu_stage.h"
 #include "pool.h"
@@ -139,80 +140,6 @@ static void copy_str(char *dst, size_t len, const char *src) {
     dst[n] = 0;
 }
 
-/* Run argv (stdin and stderr to /dev/null) and keep the first line of its output. */
-static bool first_line_of(char *const argv[], char *out, size_t len) {
-    int fd[2];
-    if (pipe(fd) != 0) return false;
-    const pid_t pid = fork();
-    if (pid < 0) {
-        close(fd[0]);
-        close(fd[1]);
-        return false;
-    }
-    if (pid == 0) {
-        const int dn = open("/dev/null", O_RDWR);
-        dup2(fd[1], 1);
-        if (dn >= 0) {
-            dup2(dn, 0);
-            dup2(dn, 2);
-        }
-        close(fd[0]);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(fd[1]);
-    FILE *f = fdopen(fd[0], "r");
-    char line[512] = "";
-    bool got = f && fgets(line, sizeof line, f) != NULL;
-    if (f) {
-        char sink[512];
-        while (fgets(sink, sizeof sink, f)) {}
-        fclose(f);
-    } else {
-        close(fd[0]);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    got = got && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    line[strcspn(line, "\r\n")] = 0;
-    if (got) snprintf(out, len, "%s", line);
-    return got && *line;
-}
-
-/* Commit and commit count of the source tree this binary was built from: the build directory
- * (the executable's) names it in CMakeCache.txt. "unknown" and 0 elsewhere. */
-static void build_info(char *commit, size_t len, int *number) {
-    snprintf(commit, len, "unknown");
-    *number = 0;
-    char exe[4096];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 32);
-    if (n <= 0) return;
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (!slash) return;
-    strcpy(slash + 1, "CMakeCache.txt");
-    FILE *f = fopen(exe, "r");
-    if (!f) return;
-    char line[4200], src[4096] = "";
-    static const char key[] = "CMAKE_HOME_DIRECTORY:INTERNAL=";
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, sizeof key - 1) == 0) {
-            copy_str(src, sizeof src, line + sizeof key - 1);
-            src[strcspn(src, "\r\n")] = 0;
-        }
-    fclose(f);
-    if (!*src) return;
-    char *rev[] = {"git", "-C", src, "rev-parse", "--short", "HEAD", NULL};
-    char *cnt[] = {"git", "-C", src, "rev-list", "--count", "HEAD", NULL};
-    char *top[] = {"git", "-C", src, "rev-parse", "--show-toplevel", NULL};
-    char buf[4096];
-    /* Only the source tree's own repository counts (a copy without .git inside another
-     * repository would report that one's commit). */
-    char real[4096];
-    if (!realpath(src, real) || !first_line_of(top, buf, sizeof buf) || strcmp(buf, real) != 0) return;
-    if (first_line_of(rev, buf, sizeof buf)) copy_str(commit, len, buf);
-    if (first_line_of(cnt, buf, sizeof buf)) *number = atoi(buf);
-}
 
 /* The GPU's marketing name from the NVIDIA driver ("NVIDIA H100 80GB HBM3"), "" when unknown. */
 static void gpu_model(const struct topo_gpu *g, char *out, size_t len) {
@@ -316,9 +243,9 @@ enum nm_status bench_machine_read(struct bench_machine *m, size_t bw_bytes, cons
     topo_free(t);
     if (mpirun) {
         char *argv[] = {(char *)mpirun, "--version", NULL};
-        first_line_of(argv, m->mpi, sizeof m->mpi);
+        cli_first_line(argv, m->mpi, sizeof m->mpi);
     }
-    build_info(m->build_commit, sizeof m->build_commit, &m->build_number);
+    cli_build_info(m->build_commit, sizeof m->build_commit, &m->build_number);
     return NM_OK;
 }
 

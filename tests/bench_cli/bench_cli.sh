@@ -2,8 +2,9 @@
 # bench_cli.sh formats|errors|mpi NUMALLM WORKDIR [MPIRUN...]
 #   formats  a tiny model through numallm bench in every output format: json (with -oe md: the
 #            JSON must carry every markdown column with the same figures), jsonl, csv, sql, md
-#            (machine facts, table, legend, build line) and the SVG plot; -ngl 99 skipped with a
-#            message; tiny arrays for the bandwidth measurement. Timings are never checked.
+#            (machine facts, table, legend, build line, which numallm --version repeats) and the
+#            SVG plot; -ngl 99 skipped with a message; tiny arrays for the bandwidth measurement.
+#            Timings are never checked.
 #   errors   bad flags and impossible requests get a clear message and exit status 1.
 #   mpi      1 and 2 ranks through the launcher's mpirun line (MPIRUN... is tests.cmake's NM_MPIRUN,
 #            used through NUMALLM_MPIRUN) with scaling efficiency; bench collectives on 2 ranks.
@@ -47,6 +48,11 @@ formats)
   "${BENCH[@]}" -r 3 -p 16,32 -n 0 >out.md 2>err.md || { cat err.md; fail "bench -o md"; }
   $CHECK md out.md --rows 2 || { cat out.md; fail "md"; }
   grep -q "^numallm bench: row 2/2: ranks 1, 1 thread per rank, pp32: " err.md || { cat err.md; fail "no progress"; }
+  # numallm --version names the build of bench's build line ("unknown" and 0 outside a checkout)
+  "$NUMALLM" --version >ver.txt 2>&1 || { cat ver.txt; fail "numallm --version exited $?"; }
+  built=$(sed -n 's/^build: \(\S*\) (\([0-9]*\))$/\2 (\1)/p' out.md)
+  grep -qx "version: $built" ver.txt || { cat ver.txt; fail "--version does not match the build line '$built'"; }
+  grep -q "^built with " ver.txt || { cat ver.txt; fail "--version names no compiler"; }
   ;;
 errors)
   expect() { # name pattern command...
