@@ -2,13 +2,10 @@
 #define _GNU_SOURCE
 #include "bench_machine.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #ifdef NM_HAVE_NUMA
 #include <numa.h>
@@ -139,7 +136,6 @@ static void copy_str(char *dst, size_t len, const char *src) {
     memcpy(dst, src, n);
     dst[n] = 0;
 }
-
 
 /* The GPU's marketing name from the NVIDIA driver ("NVIDIA H100 80GB HBM3"), "" when unknown. */
 static void gpu_model(const struct topo_gpu *g, char *out, size_t len) {
