@@ -144,8 +144,13 @@ void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert
 /* A matmul input of m rows of k values (k a multiple of 32) quantized as the CPU ranks quantize
  * it (kernels/quant.h q8x: per 32 values d = max|x| / 127, q = rint(x / d), and the sum of the
  * q), in device memory of cuk_q8_bytes(m, k) bytes. Produced by cuk_quantize_q8,
- * cuk_rmsnorm_q8 or cuk_swiglu_q8; read by cuk_gemv_q8, which multiplies block-quantized
- * weights with it in integers (dp4a) as the CPU does: per block d_w * d_a * sum(q_w * q_a). */
+ * cuk_rmsnorm_q8, cuk_swiglu_q8 or cuk_attention_at; read by cuk_gemv_q8, which multiplies
+ * block-quantized weights with it in integers as the CPU does: per block d_w * d_a * sum(q_w *
+ * q_a). The layout: the codes q [m][k] int8, at the next 16-byte boundary the scales [m][k/32]
+ * (d f32, the sum int32); and for m >= CUK_MMQ_MIN_ROWS, at the next 128-byte boundary, the
+ * same blocks again for the tensor cores: block b of row r at 32 (b R + r) bytes, R = m rounded
+ * up to 8, its words (4 codes each) in the order 0 4 1 5 2 6 3 7, then its scale at 8 (b R + r)
+ * bytes past the R k codes. Rows m .. R-1 are never written. */
 size_t cuk_q8_bytes(int m, int64_t k);
 /* xq = q8 of x [m][ldx] (k values per row). */
 void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k);
@@ -181,6 +186,10 @@ struct cuk_gemv_out {
  * runs, in passes of up to 8 rows. */
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs);
+/* From this many rows on, cuk_gemv_q8 may run on int8 tensor cores, and the q8 buffer holds their
+ * layout (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x that kernel's time, at 4
+ * 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
+#define CUK_MMQ_MIN_ROWS 5
 /* Whether cuk_gemv_q8 of m rows of type t runs on int8 tensor cores: 5 or more rows of Q4_0,
  * Q4_1, Q8_0, Q4_K or Q5_K on a device of sm_80 and up, unless NM_GPU_MMQ=0 was set when the
  * context was made. */

@@ -101,13 +101,41 @@ void cuk_launch(struct cuk_ctx *c, const char *name, void (*kernel)(KArgs...), d
 }
 
 /* One block of 32 int8 activations as the CPU ranks quantize a matmul input (kernels/quant.h
- * block_q8x): x[i] ~= d * q[i], isum = sum of q[i]. The device layout of m rows of k values
- * (cuk_q8_bytes) is q [m][k] int8, then at the next 16-byte boundary the scales [m][k/32]. */
+ * block_q8x): x[i] ~= d * q[i], isum = sum of q[i]. */
 struct __align__(8) cuk_q8s {
     float d;
     int isum;
 };
+
+/* The device q8 buffer of m rows of k values (cuk_q8_bytes; cuda_kernels.h has the layout):
+ * the rows q, s as the GEMV reads them, and for m >= CUK_MMQ_MIN_ROWS the same blocks again as
+ * mmq_kernel's fragments take them, tq and ts: lane t of an mma takes words t and 4 + t of a
+ * block in one 8-byte load, and the 8 rows of an n-tile are 256 contiguous bytes (two L1
+ * wavefronts, where rows k bytes apart cost eight). */
+struct cuk_q8buf {
+    int8_t *q;
+    cuk_q8s *s;
+    int8_t *tq;  /* NULL when m < CUK_MMQ_MIN_ROWS */
+    cuk_q8s *ts;
+    int64_t k;
+    int R;       /* rows of the tq/ts layout (0: none) */
+};
 static inline size_t cuk_q8_qbytes(int m, int64_t k) { return ((size_t)m * (size_t)k + 15) / 16 * 16; }
+static inline int cuk_q8_tile_rows(int m) { return m >= CUK_MMQ_MIN_ROWS ? (m + 7) / 8 * 8 : 0; }
+/* where tq starts, past q and s */
+static inline size_t cuk_q8_tile_offset(int m, int64_t k) {
+    return (cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s) + 127) / 128 * 128;
+}
+static inline cuk_q8buf cuk_q8_at(void *xq, int m, int64_t k) {
+    cuk_q8buf b;
+    b.q = (int8_t *)xq;
+    b.s = (cuk_q8s *)(b.q + cuk_q8_qbytes(m, k));
+    b.k = k;
+    b.R = xq ? cuk_q8_tile_rows(m) : 0;
+    b.tq = b.R ? b.q + cuk_q8_tile_offset(m, k) : NULL;
+    b.ts = b.R ? (cuk_q8s *)(b.tq + (size_t)b.R * (size_t)k) : NULL;
+    return b;
+}
 
 /* Warp reductions: every lane gets op over the warp's 32 values (a butterfly: op(own, other)). */
 struct cuk_op_add {
@@ -133,17 +161,22 @@ __device__ __forceinline__ float cuk_q8_warp_quant(float v, float *d_out) {
     return rintf(v * id);
 }
 
-/* The same, stored to q[0..32) and *s (isum = sum of q). Returns the rounded value q * d (what
- * cuk_act_round_q8 gives). */
-__device__ __forceinline__ float cuk_q8_warp_store(float v, int8_t *q, struct cuk_q8s *s) {
+/* The same, stored as block u of row r of b, in both of its layouts. Returns the rounded value
+ * q * d (what cuk_act_round_q8 gives). */
+__device__ __forceinline__ float cuk_q8_warp_store(float v, const cuk_q8buf &b, int64_t r, int64_t u) {
     const int lane = threadIdx.x & 31;
     float d;
-    const float r = cuk_q8_warp_quant(v, &d);
-    const int qi = (int)r;
-    q[lane] = (int8_t)qi;
+    const float x = cuk_q8_warp_quant(v, &d);
+    const int qi = (int)x;
+    b.q[r * b.k + u * 32 + lane] = (int8_t)qi;
     const int isum = cuk_warp_reduce(qi, cuk_op_add());
-    if (lane == 0) *s = cuk_q8s{d, isum};
-    return r * d;
+    if (lane == 0) b.s[r * (b.k / 32) + u] = cuk_q8s{d, isum};
+    if (b.tq) {
+        const int w = lane >> 2, slot = w < 4 ? 2 * w : 2 * (w - 4) + 1; /* words 0 4 1 5 2 6 3 7 */
+        b.tq[(u * b.R + r) * 32 + slot * 4 + (lane & 3)] = (int8_t)qi;
+        if (lane == 0) b.ts[u * b.R + r] = cuk_q8s{d, isum};
+    }
+    return x * d;
 }
 
 #endif

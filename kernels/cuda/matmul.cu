@@ -625,17 +625,18 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 }
 
 /* ---- batched decode on int8 tensor cores ---------------------------------------------------
- * For MQ_MIN_ROWS .. CUK_GEMV_MAX_ROWS activation rows of a 32-value QV type, mma.sync m16n8k32 (s8 x s8
- * -> s32) takes, per 32-value unit, 16 weight rows (A: the codes as QV::words gives them, thread
- * t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation rows (B: the same
- * words of activation rows g), giving each (weight row, activation row) its exact integer sum;
+ * For CUK_MMQ_MIN_ROWS .. CUK_GEMV_MAX_ROWS activation rows of a 32-value QV type, mma.sync
+ * m16n8k32 (s8 x s8 -> s32) takes, per 32-value unit, 16 weight rows (A: the codes as QV::words
+ * gives them, thread t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation
+ * rows (B: the same words of activation rows g, from the q8 buffer's fragment layout tq/ts,
+ * cuk_q8buf), giving each (weight row, activation row) its exact integer sum;
  * QV::step then adds the unit's float step, as the GEMV does. A block of MQ_WARPS warps takes 16
  * weight rows (of the outputs stacked) and splits their units in MQ_WARPS contiguous slices; a
  * warp streams its slice in chunks of MQ_CU units of all 16 rows into shared memory (cp.async,
  * MQ_DEPTH stages in flight), so each weight byte is read once for all the rows. The warps' sums
  * are added in warp order: the same bits every run for a given row count, though not the GEMV's
  * (which sums in another order), so on the GPU a row's low bits depend on whether its step had
- * fewer than MQ_MIN_ROWS rows. NT: n-tiles of 8 activation rows. */
+ * fewer than CUK_MMQ_MIN_ROWS rows. NT: n-tiles of 8 activation rows. */
 #ifndef NM_MQ_UNROLL
 #define NM_MQ_UNROLL 8 /* (a build option for measurements: units of a whole chunk unrolled) */
 #endif
@@ -654,9 +655,6 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 #define NM_MQ_DEPTH 3 /* (a build option for measurements: chunks in flight per warp) */
 #endif
 constexpr int MQ_WARPS = NM_MQ_WARPS, MQ_CU = NM_MQ_CU, MQ_DEPTH = NM_MQ_DEPTH, MQ_UNROLL = NM_MQ_UNROLL;
-/* From this many rows on (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x this
- * kernel's time, at 4 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
-constexpr int MQ_MIN_ROWS = 5;
 
 __device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -681,8 +679,8 @@ __device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
 #endif
 template <class Q, int NT>
 __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
-    mmq_kernel(gemv_q8_outs o, size_t row_bytes, int units, int chunk_bytes, const int8_t *__restrict__ aq,
-               const cuk_q8s *__restrict__ as, int64_t k, int m, int vec) {
+    mmq_kernel(gemv_q8_outs o, size_t row_bytes, int units, int chunk_bytes, const int8_t *__restrict__ tq,
+               const cuk_q8s *__restrict__ ts, int R, int m, int vec) {
     extern __shared__ __align__(16) uint8_t mq_stage[]; /* [MQ_WARPS][MQ_DEPTH][16][chunk_bytes] */
     __shared__ const uint8_t *src_row[16]; /* where weight row row0 + r starts (past the end: the last row) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -715,7 +713,6 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
 #pragma unroll
     for (int i = 0; i < MQ_DEPTH - 1; i++) fetch(i);
     cuk_grid_wait();
-    const int64_t kb = k / 32; /* q8 blocks per activation row */
     float acc[NT][4] = {};
     for (int it = 0; it < n_items; it++) {
         fetch(it + MQ_DEPTH - 1);
@@ -729,14 +726,14 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
             Q::words(rg, ui, t, &a[0], &a[2]);
             Q::words(rg8, ui, t, &a[1], &a[3]);
             const auto sg = Q::scal(rg, ui), sg8 = Q::scal(rg8, ui);
-            const int u = u0 + ui;
+            const int64_t uR = (int64_t)(u0 + ui) * R; /* unit u0 + ui's rows in tq and ts */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int8_t *ar = aq + (int64_t)NM_MIN(nt * 8 + g, m - 1) * k + (int64_t)u * 32;
+                const int2 b = *(const int2 *)(tq + (uR + NM_MIN(nt * 8 + g, m - 1)) * 32 + 8 * t);
                 int c[4] = {0, 0, 0, 0};
-                mma_s8(c, a, *(const int *)(ar + 4 * t), *(const int *)(ar + 16 + 4 * t));
-                const cuk_q8s sa = as[NM_MIN(nt * 8 + 2 * t, m - 1) * kb + u];
-                const cuk_q8s sb = as[NM_MIN(nt * 8 + 2 * t + 1, m - 1) * kb + u];
+                mma_s8(c, a, b.x, b.y);
+                const cuk_q8s sa = ts[uR + NM_MIN(nt * 8 + 2 * t, m - 1)];
+                const cuk_q8s sb = ts[uR + NM_MIN(nt * 8 + 2 * t + 1, m - 1)];
                 acc[nt][0] += Q::step(sg, c[0], sa);
                 acc[nt][1] += Q::step(sg, c[1], sb);
                 acc[nt][2] += Q::step(sg8, c[2], sa);
@@ -857,14 +854,13 @@ template <class F> bool with_qv32(enum dtype t, F &&f) {
 }
 
 /* One warp per 32-value block of x [m][ldx] (k values per row). */
-__global__ void quantize_q8_kernel(const float *__restrict__ x, int64_t ldx, int64_t k, int64_t n_blocks,
-                                   int8_t *__restrict__ q, cuk_q8s *__restrict__ s) {
+__global__ void quantize_q8_kernel(const float *__restrict__ x, int64_t ldx, int64_t n_blocks, const cuk_q8buf out) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (b >= n_blocks) return;
-    const int64_t per_row = k / 32, r = b / per_row, i = (b % per_row) * 32;
-    cuk_q8_warp_store(x[r * ldx + i + (threadIdx.x & 31)], q + r * k + i, s + b);
+    const int64_t per_row = out.k / 32, r = b / per_row, u = b % per_row;
+    cuk_q8_warp_store(x[r * ldx + u * 32 + (threadIdx.x & 31)], out, r, u);
 }
 
 /* Float weights whose rows are not a whole number of units (or unaligned activations): one
@@ -1100,16 +1096,16 @@ extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64
 }
 
 extern "C" size_t cuk_q8_bytes(int m, int64_t k) {
-    return cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s);
+    const int R = cuk_q8_tile_rows(m);
+    if (!R) return cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s);
+    return cuk_q8_tile_offset(m, k) + (size_t)R * (size_t)k + (size_t)R * (size_t)(k / 32) * sizeof(cuk_q8s);
 }
 
 extern "C" void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k) {
     NM_ASSERT(k % 32 == 0 && ldx >= k);
     const int64_t nb = (int64_t)m * (k / 32);
     if (nb < 1) return;
-    int8_t *q = (int8_t *)xq;
-    cuk_q8s *s = (cuk_q8s *)(q + cuk_q8_qbytes(m, k));
-    cuk_launch(c, "quantize_q8", quantize_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, x, ldx, k, nb, q, s);
+    cuk_launch(c, "quantize_q8", quantize_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, x, ldx, nb, cuk_q8_at(xq, m, k));
 }
 
 extern "C" bool cuk_gemv_q8_supported(enum dtype t) {
@@ -1149,14 +1145,14 @@ template <class QQ> constexpr size_t mmq_smem() { return (size_t)MQ_WARPS * MQ_D
 
 extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) {
     size_t smem = 0;
-    return c->mmq && m >= MQ_MIN_ROWS && with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) &&
+    return c->mmq && m >= CUK_MMQ_MIN_ROWS && with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) &&
            smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
 }
 
 /* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
 template <class QQ, int NT>
 void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int chunk_bytes, size_t smem,
-            const int8_t *q, const cuk_q8s *s, int m, int vec) {
+            const cuk_q8buf &b, int m, int vec) {
     static bool ready = false; /* per instantiation and process (one device per GPU rank) */
     if (!ready) {
         CUK_CHECK(cudaFuncSetAttribute(mmq_kernel<QQ, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
@@ -1164,19 +1160,18 @@ void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int 
         ready = true;
     }
     const unsigned blocks = (unsigned)((o.n_rows + 15) / 16);
-    cuk_launch(c, "mmq", mmq_kernel<QQ, NT>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes, q, s,
-               k, m, vec);
+    cuk_launch(c, "mmq", mmq_kernel<QQ, NT>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes,
+               (const int8_t *)b.tq, (const cuk_q8s *)b.ts, b.R, m, vec);
 }
 
 template <class QQ>
-void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, const int8_t *q, const cuk_q8s *s,
-                int m, int vec) {
+void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, const cuk_q8buf &b, int m, int vec) {
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
-    NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0);
+    NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0 && b.tq && b.R >= m);
     const size_t smem = mmq_smem<QQ>();
     static_assert(CUK_GEMV_MAX_ROWS <= 16, "mmq_kernel's instantiations cover up to 16 rows");
-    if (m <= 8) mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);
-    else mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, q, s, m, vec);
+    if (m <= 8) mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+    else mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
 }
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
@@ -1198,8 +1193,9 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
     }
     o.n_outs = n_outs;
     o.n_rows = rows;
-    const int8_t *q = (const int8_t *)xq;
-    const cuk_q8s *s = (const cuk_q8s *)(q + cuk_q8_qbytes(m, k));
+    const cuk_q8buf b = cuk_q8_at((void *)xq, m, k); /* (read only here) */
+    const int8_t *q = b.q;
+    const cuk_q8s *s = b.s;
     NM_ASSERT(((uintptr_t)q & 15) == 0);
     const size_t rb = row_size(t, k);
     /* widest load that every row start and stage offset keeps aligned */
@@ -1207,7 +1203,7 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
     for (int i = 0; i < n_outs; i++) al |= (uintptr_t)outs[i].w;
     const int vec = al % 16 == 0 ? 16 : al % 8 == 0 ? 8 : al % 4 == 0 ? 4 : 2;
     if (cuk_q8_tensor_cores(c, t, m)) {
-        NM_ASSERT(with_qv32(t, [&](auto qv) { mmq_launch<decltype(qv)>(c, o, rb, k, q, s, m, vec); }));
+        NM_ASSERT(with_qv32(t, [&](auto qv) { mmq_launch<decltype(qv)>(c, o, rb, k, b, m, vec); }));
         return;
     }
     /* the GEMV, in passes of up to GQ_MAX_ROWS rows */

@@ -252,8 +252,8 @@ template <typename KT, int DC, bool V4>
 __global__ void __launch_bounds__(ATT_T)
     attn_kernel(float *out, int64_t ldo, const float *__restrict__ q, const float *__restrict__ k,
                 const float *__restrict__ v, KT *kc, KT *vc, int64_t k_row, int64_t v_row, int64_t pos0,
-                const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, cuk_rope ra, int8_t *oq,
-                cuk_q8s *os, float *scratch, int *cnt) {
+                const int64_t *rows, int n_head, int group, int hd, int hdv, float scale, cuk_rope ra, const cuk_q8buf oq,
+                int oq_row0, float *scratch, int *cnt) {
     constexpr int ATT_U = 8 / DC; /* positions a warp loads at once: 8 loads in flight per lane */
     __shared__ float ps[ATT_T];
     __shared__ float red[32];
@@ -397,13 +397,11 @@ __global__ void __launch_bounds__(ATT_T)
         inv = 1.0f / l;
     }
     __syncthreads();
-    if (oq) { /* a warp per 32 output values, their q8 block as cuk_quantize_q8 writes it */
-        const int64_t kq = (int64_t)n_head * hdv;
+    if (oq.q) { /* a warp per 32 output values, their q8 block as cuk_quantize_q8 writes it */
         for (int d0 = warp * 32; d0 < hdv; d0 += ATT_T) {
             const float o = part[0][d0 + lane] * inv;
             out[(int64_t)i * ldo + (int64_t)h * hdv + d0 + lane] = o;
-            const int64_t e = (int64_t)i * kq + (int64_t)h * hdv + d0;
-            cuk_q8_warp_store(o, oq + e, os + e / 32);
+            cuk_q8_warp_store(o, oq, oq_row0 + i, ((int64_t)h * hdv + d0) / 32);
         }
         return;
     }
@@ -593,8 +591,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32)
  * computes the row's scale itself, as rmsnorm_kernel does (same threads, same order, so the
  * same bits): a second pass over a row in L2 costs less than one block doing the whole row.
  * So y must not be x (other blocks are still reading it). */
-__global__ void rmsnorm_q8_kernel(float *y, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *x,
-                                  const float *__restrict__ w, int64_t n, float eps) {
+__global__ void rmsnorm_q8_kernel(float *y, const cuk_q8buf q, const float *x, const float *__restrict__ w, int64_t n,
+                                  float eps) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const float *xr = x + (int64_t)blockIdx.y * n;
@@ -606,12 +604,11 @@ __global__ void rmsnorm_q8_kernel(float *y, int8_t *__restrict__ q, cuk_q8s *__r
     const int64_t i = i0 + lane;
     const float v = xr[i] * scale * w[i];
     yr[i] = v;
-    cuk_q8_warp_store(v, q + (int64_t)blockIdx.y * n + i0, qs + ((int64_t)blockIdx.y * n + i0) / 32);
+    cuk_q8_warp_store(v, q, blockIdx.y, i0 / 32);
 }
 
 /* swiglu over n_blocks blocks of 32 values, one warp each, with their q8. */
-__global__ void swiglu_q8_kernel(float *out, int8_t *__restrict__ q, cuk_q8s *__restrict__ qs, const float *gate,
-                                 const float *up, int64_t n_blocks) {
+__global__ void swiglu_q8_kernel(float *out, const cuk_q8buf q, const float *gate, const float *up, int64_t n_blocks) {
     cuk_grid_release();
     cuk_grid_wait(); /* launched with cuk_launch */
     const int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
@@ -620,7 +617,7 @@ __global__ void swiglu_q8_kernel(float *out, int8_t *__restrict__ q, cuk_q8s *__
     const float g = gate[i];
     const float o = g / (1.0f + expf(-g)) * up[i];
     out[i] = o;
-    cuk_q8_warp_store(o, q + b * 32, qs + b);
+    cuk_q8_warp_store(o, q, b / (q.k / 32), b % (q.k / 32));
 }
 
 /* One row per block: softmax of the router logits, the n_used best (ties: lower id),
@@ -852,15 +849,13 @@ static void attn_rows_launch(struct cuk_ctx *c, int dc, bool v4, int m, int rows
     auto kern = v4 ? (dc == 1 ? attn_kernel<KT, 1, true> : dc == 2 ? attn_kernel<KT, 2, true> : attn_kernel<KT, 4, true>)
                    : (dc == 1 ? attn_kernel<KT, 1, false> : dc == 2 ? attn_kernel<KT, 2, false> : attn_kernel<KT, 4, false>);
     const int64_t kq = (int64_t)n_head * hdv;
-    int8_t *oq = (int8_t *)out_q8;
-    cuk_q8s *os = oq ? (cuk_q8s *)(oq + cuk_q8_qbytes(m, kq)) : NULL;
+    const cuk_q8buf oq = cuk_q8_at(out_q8, m, kq); /* (oq.q NULL: no q8 wanted) */
     for (int r0 = 0; r0 < m; r0 += rows_per) {
         const int mr = NM_MIN(rows_per, m - r0);
         const dim3 grid((unsigned)n_head, (unsigned)mr, (unsigned)splits);
         cuk_launch(c, "attention", kern, grid, ATT_T, 0, out + r0 * ldo, ldo, q + (int64_t)r0 * n_head * hd,
                    k ? k + r0 * k_row : k, v ? v + r0 * v_row : v, k_cache, v_cache, k_row, v_row, pos0 + r0,
-                   rows ? rows + 2 * r0 : NULL, n_head, group, hd, hdv, scale, ra, oq ? oq + r0 * kq : NULL,
-                   oq ? os + r0 * (kq / 32) : NULL, c->att_scratch, c->att_cnt);
+                   rows ? rows + 2 * r0 : NULL, n_head, group, hd, hdv, scale, ra, oq, r0, c->att_scratch, c->att_cnt);
     }
 }
 
@@ -975,9 +970,8 @@ extern "C" void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const floa
         return;
     }
     NM_ASSERT(n % 32 == 0 && y != x);
-    int8_t *q = (int8_t *)xq;
-    cuk_launch(c, "rmsnorm_q8", rmsnorm_q8_kernel, dim3((unsigned)((n + NT - 1) / NT), (unsigned)rows), NT, 0, y, q,
-               (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), x, w, n, eps);
+    cuk_launch(c, "rmsnorm_q8", rmsnorm_q8_kernel, dim3((unsigned)((n + NT - 1) / NT), (unsigned)rows), NT, 0, y,
+               cuk_q8_at(xq, rows, n), x, w, n, eps);
 }
 
 extern "C" void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows,
@@ -989,9 +983,8 @@ extern "C" void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const flo
     NM_ASSERT(n % 32 == 0);
     const int64_t nb = (int64_t)rows * n / 32;
     if (nb < 1) return;
-    int8_t *q = (int8_t *)xq;
-    cuk_launch(c, "swiglu_q8", swiglu_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, out, q,
-               (cuk_q8s *)(q + cuk_q8_qbytes(rows, n)), gate, up, nb);
+    cuk_launch(c, "swiglu_q8", swiglu_q8_kernel, (unsigned)((nb + 7) / 8), 256, 0, out, cuk_q8_at(xq, rows, n), gate, up,
+               nb);
 }
 
 extern "C" void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids,

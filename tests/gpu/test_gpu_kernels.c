@@ -213,10 +213,13 @@ static void test_dequant_tiles(krng *r) {
 }
 
 
-/* The q8 activations on the device (cuk_q8_bytes layout) against quantize_act_q8x_ref of the
- * same f32 rows: bit-exact. */
+/* The q8 activations on the device (cuk_q8_bytes layout: the rows, and from CUK_MMQ_MIN_ROWS
+ * rows on the tensor cores' copy) against quantize_act_q8x_ref of the same f32 rows: bit-exact. */
 static void check_q8_layout(const void *dxq, const float *x, int m, int64_t k, const char *what) {
     const size_t bytes = cuk_q8_bytes(m, k), qb = ((size_t)m * (size_t)k + 15) / 16 * 16;
+    const size_t tb = (qb + (size_t)m * (size_t)(k / 32) * 8 + 127) / 128 * 128; /* the copy's codes */
+    const size_t R = m >= CUK_MMQ_MIN_ROWS ? ((size_t)m + 7) / 8 * 8 : 0, ts = tb + R * (size_t)k;
+    static const int slot[8] = {0, 2, 4, 6, 1, 3, 5, 7}; /* where word w of a block lies in the copy */
     uint8_t *h = malloc(bytes);
     to_host(h, dxq, bytes);
     block_q8x *ref = malloc((size_t)(k / 32) * sizeof *ref);
@@ -234,6 +237,13 @@ static void check_q8_layout(const void *dxq, const float *x, int m, int64_t k, c
                            what, m, (long long)k, i, (long long)b, (double)d, (double)ref[b].d, isum, ref[b].isum);
                 bad = 1;
             }
+            if (!R || bad) continue;
+            const size_t at = (size_t)b * R + (size_t)i;
+            bad = memcmp(h + ts + at * 8, &ref[b].d, 4) != 0 || memcmp(h + ts + at * 8 + 4, &ref[b].isum, 4) != 0;
+            for (int w = 0; w < 8; w++) bad |= memcmp(h + tb + at * 32 + slot[w] * 4, ref[b].qs + 4 * w, 4) != 0;
+            if (bad)
+                ktest_fail("%s m=%d k=%lld: row %d block %lld of the tensor cores' copy differs from quantize_act_q8x_ref",
+                           what, m, (long long)k, i, (long long)b);
         }
     }
     free(ref);
@@ -360,7 +370,7 @@ static void test_gemv_q8(krng *r) {
     for (size_t i = 0; i < NM_ARRAY_LEN(bt); i++) check_gemv_q8(r, bt[i].t, bt[i].k, big, 3, 2);
     printf("gemv_q8, several rows per warp: checked\n");
     /* the fused producers: rmsnorm_q8 and swiglu_q8 give op_rmsnorm / op_swiglu and the q8 of it */
-    const int rows = 3;
+    const int rows = 6; /* (the q8 buffer holds the tensor cores' copy too) */
     const int64_t n = 896; /* 3.5 of rmsnorm_q8's 256-value blocks */
     float *x = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float)), *wt = malloc(n * sizeof(float)),
           *want = malloc(rows * n * sizeof(float)), *got = malloc(rows * n * sizeof(float));
@@ -505,7 +515,7 @@ static void check_close(const float *got, const float *want, int64_t n, double t
 }
 
 static void test_elementwise(krng *r) {
-    const int rows = 3;
+    const int rows = 6; /* (the q8 buffer holds the tensor cores' copy too) */
     const int64_t n = 896; /* 3.5 of rmsnorm_q8's 256-value blocks */
     float *x = malloc(rows * n * sizeof(float)), *w = malloc(n * sizeof(float)), *want = malloc(rows * n * sizeof(float)),
           *got = malloc(rows * n * sizeof(float)), *u = malloc(rows * n * sizeof(float));
