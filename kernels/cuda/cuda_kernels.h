@@ -179,20 +179,28 @@ struct cuk_gemv_out {
 #define CUK_GEMV_MAX_OUTS 3
 /* The most activation rows of cuk_gemv_q8: a batched decode step of up to 16 sequences. */
 #define CUK_GEMV_MAX_ROWS 16
+/* The most rows of cuk_gemv_q8 on int8 tensor cores (where cuk_q8_tensor_cores says so): the
+ * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, a llama-3-8b
+ * layer of Q4_0 at 32 rows: 142 us there against 205 for cuBLAS on f16 copies). */
+#define CUK_MMQ_MAX_ROWS 32
 /* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
- * launch, on the q8 activations xq of m <= CUK_GEMV_MAX_ROWS rows of k values. The y of one
- * output must not overlap another's or the input. Where cuk_q8_tensor_cores says so the rows
- * run on int8 tensor cores, each weight byte read once for all of them; else the GEMV (dp4a)
- * runs, in passes of up to 8 rows. */
+ * launch, on the q8 activations xq of m rows of k values: m <= CUK_GEMV_MAX_ROWS, or up to
+ * CUK_MMQ_MAX_ROWS where cuk_q8_tensor_cores says so. The y of one output must not overlap
+ * another's or the input. Where cuk_q8_tensor_cores says so the rows run on int8 tensor cores,
+ * each weight byte read once for all of them; else the GEMV (dp4a) runs, in passes of up to 8
+ * rows. */
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs);
 /* From this many rows on, cuk_gemv_q8 may run on int8 tensor cores, and the q8 buffer holds their
- * layout (bench_gpu rows, H100: at 2 rows the GEMV takes 0.64-0.72x that kernel's time, at 4
- * 0.94x for Q4_0 and Q4_K and 1.13x for Q8_0, at 8 1.2-1.8x). */
-#define CUK_MMQ_MIN_ROWS 5
-/* Whether cuk_gemv_q8 of m rows of type t runs on int8 tensor cores: 5 or more rows of Q4_0,
- * Q4_1, Q8_0, Q4_K or Q5_K on a device of sm_80 and up, unless NM_GPU_MMQ=0 was set when the
- * context was made. */
+ * layout (bench_gpu rows, H100, session 19, us per llama-3-8b layer, the GEMV against the tensor
+ * cores: 2 rows Q4_0 86.6 / 80.0, Q4_K 82.5 / 87.5, Q8_0 127.9 / 109.1; 3 rows 103.7 / 81.2,
+ * 97.2 / 87.8, 159.2 / 109.6; 4 rows 125.2 / 81.1, 115.2 / 87.8, 192.8 / 111.2). */
+#ifndef CUK_MMQ_MIN_ROWS
+#define CUK_MMQ_MIN_ROWS 3 /* (a build option for measurements: -DCUK_MMQ_MIN_ROWS=2 in both C and CUDA flags) */
+#endif
+/* Whether cuk_gemv_q8 of m rows of type t runs on int8 tensor cores: CUK_MMQ_MIN_ROWS ..
+ * CUK_MMQ_MAX_ROWS rows of Q4_0, Q4_1, Q8_0, Q4_K or Q5_K on a device of sm_80 and up, unless
+ * NM_GPU_MMQ=0 was set when the context was made. */
 bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m);
 
 /* ---- decode: rows in device memory, CUDA graphs ------------------------------------------

@@ -625,7 +625,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
 }
 
 /* ---- batched decode on int8 tensor cores ---------------------------------------------------
- * For CUK_MMQ_MIN_ROWS .. CUK_GEMV_MAX_ROWS activation rows of a 32-value QV type, mma.sync
+ * For CUK_MMQ_MIN_ROWS .. CUK_MMQ_MAX_ROWS activation rows of a 32-value QV type, mma.sync
  * m16n8k32 (s8 x s8 -> s32) takes, per 32-value unit, 16 weight rows (A: the codes as QV::words
  * gives them, thread t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation
  * rows (B: the same words of activation rows g, from the q8 buffer's fragment layout tq/ts,
@@ -1145,8 +1145,8 @@ template <class QQ> constexpr size_t mmq_smem() { return (size_t)MQ_WARPS * MQ_D
 
 extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) {
     size_t smem = 0;
-    return c->mmq && m >= CUK_MMQ_MIN_ROWS && with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) &&
-           smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
+    return c->mmq && m >= CUK_MMQ_MIN_ROWS && m <= CUK_MMQ_MAX_ROWS &&
+           with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) && smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
 }
 
 /* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
@@ -1169,15 +1169,22 @@ void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, 
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
     NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0 && b.tq && b.R >= m);
     const size_t smem = mmq_smem<QQ>();
-    static_assert(CUK_GEMV_MAX_ROWS <= 16, "mmq_kernel's instantiations cover up to 16 rows");
-    if (m <= 8) mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
-    else mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+    NM_ASSERT(smem >= (size_t)MQ_WARPS * 16 * CUK_MMQ_MAX_ROWS * sizeof(float)); /* the warps' sums fit the stages */
+    static_assert(CUK_MMQ_MAX_ROWS <= 32 && CUK_GEMV_MAX_ROWS <= CUK_MMQ_MAX_ROWS,
+                  "mmq_kernel's instantiations cover up to 32 rows");
+    switch ((m + 7) / 8) {
+    case 1: mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
+    case 2: mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
+    case 3: mmq_go<QQ, 3>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
+    default: mmq_go<QQ, 4>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
+    }
 }
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
                             const struct cuk_gemv_out *outs, int n_outs) {
     NM_ASSERT(cuk_gemv_q8_supported(t) && k % dtype_get((uint32_t)t)->blck_size == 0);
-    NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS && m >= 1 && m <= CUK_GEMV_MAX_ROWS);
+    NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS && m >= 1 &&
+              (m <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(c, t, m)));
     gemv_q8_outs o;
     memset(&o, 0, sizeof o);
     int rows = 0;

@@ -71,7 +71,7 @@ struct gpu_stage {
     /* Scratch for one chunk of n_batch rows. */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     float *xq; /* [n_batch][max k] a matmul input rounded as the CPU ranks do (matmul_input) */
-    void *xq8; /* q8 of a matmul input: CUK_GEMV_MAX_ROWS rows of the widest k (cuk_q8_bytes) */
+    void *xq8; /* q8 of a matmul input: CUK_MMQ_MAX_ROWS rows of the widest k (cuk_q8_bytes) */
     float *router, *moe_w, *moe_down;
     int32_t *moe_ids;
     float *logits; /* [logit_rows][n_vocab] */
@@ -541,7 +541,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->gate = dalloc(s, B * ff_rows, "gate", &st, err, errlen);
     s->up = dalloc(s, B * ff_rows, "up", &st, err, errlen);
     s->xq = dalloc(s, B * NM_MAX(max_k, ff_rows), "rounded matmul inputs", &st, err, errlen);
-    const size_t q8_bytes = cuk_q8_bytes(CUK_GEMV_MAX_ROWS, NM_MAX(NM_MAX(max_k, ff_rows), E) + 32);
+    const size_t q8_bytes = cuk_q8_bytes(CUK_MMQ_MAX_ROWS, NM_MAX(NM_MAX(max_k, ff_rows), E) + 32);
     if (!st && !(s->xq8 = cuk_malloc(s->ctx, q8_bytes, "int8 matmul inputs", err, errlen))) st = NM_ERR_NOMEM;
     s->d_rows = (int64_t *)dalloc(s, 4 * B, "row positions", &st, err, errlen); /* [B][2] int64: 4 B floats */
     if (s->n_expert > 0) {
@@ -588,9 +588,10 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                     (long long)n_ctx, (long long)nl, s->kv_type == DTYPE_F16 ? "f16" : "f32",
                     (double)s->kv_bytes / (1 << 20), s->n_seq, (long long)s->n_ctx_seq, s->n_batch);
     nm_log_info("GPU: decode (steps of up to %d rows): block-quantized weights on int8 activations (dp4a GEMV; "
-                "from 5 rows of Q4_0/Q4_1/Q8_0/Q4_K/Q5_K int8 tensor cores%s), fused norm/rope/KV/residual "
-                "kernels, %s, %s",
-                CUK_GEMV_MAX_ROWS, cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
+                "from %d rows of Q4_0/Q4_1/Q8_0/Q4_K/Q5_K int8 tensor cores, and prompt chunks of up to %d rows%s), "
+                "fused norm/rope/KV/residual kernels, %s, %s",
+                CUK_GEMV_MAX_ROWS, CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
+                cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
                 s->use_graph ? "one CUDA graph per step" : "no CUDA graph (NM_GPU_GRAPHS=0)",
                 cuk_ctx_overlaps_launches(s->ctx) ? "each kernel starting while the one before finishes"
                                                   : "kernels one after another (NM_GPU_PDL=0 or before sm_90)");
@@ -655,15 +656,16 @@ static const float *matmul_input(struct gpu_stage *s, enum dtype t, const float 
     return s->xq;
 }
 
-/* y[i] = W_i x for nw weights of one input x [n][k]. Few rows: a GEMV per weight. More: the
- * input is staged once as the GEMM's f16 operand (rounded as the CPU rounds it for
- * block-quantized weights) for every weight that reads it the same way. */
+/* y[i] = W_i x for nw weights of one input x [n][k]. Few rows (up to CUK_GEMV_MAX_ROWS, or
+ * CUK_MMQ_MAX_ROWS of a type the int8 tensor cores take): a GEMV or tensor-core matmul per
+ * weight. More: the input is staged once as the GEMM's f16 operand (rounded as the CPU rounds it
+ * for block-quantized weights) for every weight that reads it the same way. */
 static void matmuls(struct gpu_stage *s, const struct gmat *const *w, float *const *y, int nw, const float *x, int n) {
     int staged = -1; /* the rounding of the staged input: -1 none yet, 0 as is, 1 q8 */
     for (int i = 0; i < nw; i++) {
         const struct gmat *wi = w[i];
         NM_ASSERT(wi->k == w[0]->k);
-        if (n <= CUK_GEMV_MAX_ROWS && cuk_gemv_q8_supported(wi->type)) {
+        if (cuk_gemv_q8_supported(wi->type) && (n <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(s->ctx, wi->type, n))) {
             cuk_quantize_q8(s->ctx, s->xq8, x, wi->k, n, wi->k);
             const struct cuk_gemv_out o = {.w = wi->d, .n = wi->n, .y = y[i], .ldy = wi->n};
             cuk_gemv_q8(s->ctx, wi->type, wi->k, s->xq8, n, &o, 1);

@@ -12,8 +12,9 @@
  * read each weight once for all the rows; the others once per 8 rows); a step whose first row
  * asks for logits, without a layer hook, replays the CUDA graph of its row count (captured at
  * the first such step; the rows' places are read from device memory). The matmuls' summation
- * order depends on the step's row count (the GEMV, int8 tensor cores from 5 rows, cuBLAS above
- * 16), so on the GPU a row's low bits do too. NM_GPU_GRAPHS=0 in the environment launches the
+ * order depends on the step's row count (the GEMV, int8 tensor cores from CUK_MMQ_MIN_ROWS rows,
+ * cuBLAS above 16 rows, or above CUK_MMQ_MAX_ROWS for the tensor cores' types), so on the GPU a
+ * row's low bits do too. NM_GPU_GRAPHS=0 in the environment launches the
  * kernels one by one;
  * NM_GPU_PDL=0 makes each decode kernel wait for the one before to finish before it starts
  * (kernels/cuda/cuk_internal.h, cuk_launch).

@@ -6,8 +6,8 @@
  *                                   llama-3-8b layer in those types only
  *   bench_gpu rows [TYPE ...]       one llama-3-8b layer (Q4_0 without types) for m = 1 .. 32
  *                                   activation rows, as batched decode runs it: the decode path
- *                                   (m <= CUK_GEMV_MAX_ROWS: q8 activations, dp4a GEMV or int8
- *                                   tensor cores) and dequantized tiles + cuBLAS, us per layer
+ *                                   (q8 activations, dp4a GEMV or int8 tensor cores, where
+ *                                   cuk_gemv_q8 takes m rows) and dequantized tiles + cuBLAS, us per layer
  *                                   and the ratio to one row's decode path
  *   bench_gpu stage PRESET TYPE DIR pp512 and tg128 of a whole mkmodel model (DIR/PRESET_TYPE.gguf,
  *                                   made there unless it exists, and kept) on the GPU stage
@@ -180,7 +180,7 @@ static int bench_layers(int n_types, char **type_names) {
 }
 
 /* One llama-3-8b layer for m activation rows: the decode path (q8 quantization of each input and
- * cuk_gemv_q8, Q/K/V and gate/up one launch each) while m <= CUK_GEMV_MAX_ROWS, and the prompt path
+ * cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes m rows, and the prompt path
  * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
  * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
 static void bench_rows(const struct shape *sh, enum dtype t) {
@@ -200,7 +200,7 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
     }
     const int64_t kmax = sh[6].k;
     float *x = cuk_malloc(g_ctx, (size_t)(MAX_M * kmax) * 4, "x", NULL, 0);
-    void *xq = cuk_malloc(g_ctx, cuk_q8_bytes(CUK_GEMV_MAX_ROWS, kmax), "bench q8", NULL, 0);
+    void *xq = cuk_malloc(g_ctx, cuk_q8_bytes(CUK_MMQ_MAX_ROWS, kmax), "bench q8", NULL, 0);
     NM_ASSERT(x && xq);
     {
         float *hx = malloc((size_t)(MAX_M * kmax) * 4);
@@ -217,12 +217,12 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
     printf("| rows | decode path | kernel | vs 1 row | tiles + cuBLAS | tiles vs 1 row's decode path | f16 copies + "
            "cuBLAS | copies vs 1 row's decode path |\n"
            "|---:|---:|---|---:|---:|---:|---:|---:|\n");
-    const int ms[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    const int ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
     double t1 = 0;
     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
         const int m = ms[mi];
         double sv = 0;
-        if (m <= CUK_GEMV_MAX_ROWS) {
+        if (m <= CUK_GEMV_MAX_ROWS || (q8 && cuk_q8_tensor_cores(g_ctx, t, m))) {
             const int reps = 100;
             for (int rep = 0; rep < reps + 10; rep++) {
                 if (rep == 10) {

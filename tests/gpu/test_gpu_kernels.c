@@ -359,8 +359,13 @@ static void test_gemv_q8(krng *r) {
         const int64_t ks_small[] = {32, 96, 896, 4096, 4096 + 96}, ks_k[] = {256, 768, 4096, 4096 + 512};
         const int64_t *ks = kq ? ks_k : ks_small;
         const int nk = kq ? 4 : 5;
-        for (int a = 0; a < nk; a++)
+        /* and the tensor cores' rows past CUK_GEMV_MAX_ROWS (three and four n-tiles, one partly filled) */
+        const int more[] = {17, 23, 32};
+        for (int a = 0; a < nk; a++) {
             for (int m = 1; m <= CUK_GEMV_MAX_ROWS; m++) check_gemv_q8(r, t, ks[a], ns[(a + m) % 3], 1 + (a + m) % 3, m);
+            for (size_t i = 0; i < NM_ARRAY_LEN(more); i++)
+                if (cuk_q8_tensor_cores(g_ctx, t, more[i])) check_gemv_q8(r, t, ks[a], ns[(a + i) % 3], 1 + (a + i) % 3, more[i]);
+        }
         printf("gemv_q8 %s: checked (worst normalized error so far %.2e)\n", dtype_get(t)->name, ktest_worst_err);
     }
     /* more rows than the device holds warps at once, so that each warp takes several rows, each

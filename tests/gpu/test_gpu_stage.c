@@ -131,7 +131,8 @@ static void multi_seq(const struct model *m, int64_t lf, const float *h, const f
         multi_seq_batch(s, h, E, V, cpu, seq, pos, n, &acc);
     }
     /* decode steps: one row of each sequence, then (the second half) two rows of each, so that
-     * steps of 3 and of 6 rows (int8 tensor cores for their types) run through the graphs */
+     * steps of 3 and of 6 rows (int8 tensor cores for their types, from CUK_MMQ_MIN_ROWS) run
+     * through the graphs */
     for (int g = 0; g < n_gen;) {
         const int per = g < n_gen / 2 ? 1 : NM_MIN(2, n_gen - g);
         int n = 0;
