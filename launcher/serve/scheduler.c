@@ -138,10 +138,6 @@ struct serve_sched {
     struct slot *slots;
     struct step st;
     float *logits;            /* [n_batch][n_local] */
-    /* a step's samples for engine_sample_rows: each one's sampler, logits row and token */
-    struct sampler **smp_of;
-    const float **logits_of;
-    int32_t *token_of;
     int32_t eos;
     /* rank 0: the queue of requests waiting for a slot, in arrival order */
     pthread_mutex_t mu;
@@ -187,11 +183,8 @@ struct serve_sched *serve_sched_init(struct session *s, const struct serve_sched
     sc->st.want_b = calloc((size_t)B, sizeof(bool));
     sc->st.starts = calloc((size_t)sc->n_slots, sizeof *sc->st.starts);
     sc->st.samples = calloc((size_t)B, sizeof *sc->st.samples);
-    sc->smp_of = calloc((size_t)B, sizeof *sc->smp_of);
-    sc->logits_of = calloc((size_t)B, sizeof *sc->logits_of);
-    sc->token_of = calloc((size_t)B, sizeof *sc->token_of);
     NM_ASSERT(sc->st.token && sc->st.pos && sc->st.seq && sc->st.want && sc->st.want_b && sc->st.starts &&
-              sc->st.samples && sc->smp_of && sc->logits_of && sc->token_of);
+              sc->st.samples);
     /* a step's rows that ask for logits: one per slot at most (form_batch) */
     sc->logits = engine_logits_buffer(sc->e, NM_MIN(B, sc->n_slots));
     int64_t eos = -1;
@@ -227,9 +220,6 @@ void serve_sched_free(struct serve_sched *sc) {
     free(sc->st.want_b);
     free(sc->st.starts);
     free(sc->st.samples);
-    free(sc->smp_of);
-    free(sc->logits_of);
-    free(sc->token_of);
     free(sc->st.hist);
     free(sc->st.msg);
     pthread_mutex_destroy(&sc->mu);
@@ -604,13 +594,9 @@ void serve_sched_run(struct serve_sched *sc) {
                                        .logits = st->want_b};
         if (engine_eval_batch(sc->e, &b, sc->logits, err, sizeof err)) nm_fatal("serve: %s", err); /* a bug */
         for (int i = 0; i < st->h.n_samples; i++) {
-            sc->smp_of[i] = sc->slots[st->samples[i].slot].smp;
-            sc->logits_of[i] = sc->logits + (size_t)st->samples[i].out * (size_t)sc->n_local;
-        }
-        engine_sample_rows(sc->e, sc->smp_of, sc->logits_of, st->h.n_samples, sc->token_of);
-        for (int i = 0; i < st->h.n_samples; i++) {
-            struct slot *sl = &sc->slots[st->samples[i].slot];
-            const int32_t tok = sc->token_of[i];
+            const struct step_sample *smp = &st->samples[i];
+            struct slot *sl = &sc->slots[smp->slot];
+            const int32_t tok = engine_sample(sc->e, sl->smp, sc->logits + (size_t)smp->out * (size_t)sc->n_local);
             sampler_accept(sl->smp, tok);
             if (sc->rank != 0) continue;
             if (sl->t_first == 0) {

@@ -371,34 +371,6 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
     return sampler_sample_candidates(smp, e->coll, ids, vals, k);
 }
 
-struct sample_rows_job {
-    struct sampler *const *smp;
-    const float *const *local;
-    int64_t v0, n_local, *n_cand;
-    int n;
-};
-
-static void sample_rows_job(void *ctx, int ith, int nth) {
-    const struct sample_rows_job *j = ctx;
-    for (int i = ith; i < j->n; i += nth) j->n_cand[i] = sampler_local(j->smp[i], j->local[i], j->v0, j->n_local);
-}
-
-void engine_sample_rows(struct engine *e, struct sampler *const *smp, const float *const *local, int n,
-                        int32_t *tokens) {
-    bool each = n < 2;
-    for (int i = 0; i < n && !each; i++) each = engine_samples_on_stage(e, smp[i]);
-    if (each) {
-        for (int i = 0; i < n; i++) tokens[i] = engine_sample(e, smp[i], local[i]);
-        return;
-    }
-    int64_t *n_cand = malloc((size_t)n * sizeof *n_cand);
-    NM_ASSERT(n_cand);
-    struct sample_rows_job j = {smp, local, e->m->shard.vocab.begin, e->n_vocab_l, n_cand, n};
-    pool_run(e->pool, sample_rows_job, &j);
-    for (int i = 0; i < n; i++) tokens[i] = sampler_pick_dist(smp[i], e->coll, n_cand[i]);
-    free(n_cand);
-}
-
 int engine_n_seq(const struct engine *e) { return e->n_seq; }
 int64_t engine_n_ctx(const struct engine *e) { return e->kv.n_ctx_seq; }
 int64_t engine_seq_pos(const struct engine *e, int seq) {

@@ -100,12 +100,6 @@ float *engine_logits_buffer(struct engine *e, int rows);
 struct sampler;
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp);
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local);
-/* engine_sample for n rows of one step (a server's sequences, smp[i] all different),
- * collective: tokens[i] is what engine_sample(e, smp[i], local[i]) gives, the calls in order i. Each rank's own step of every
- * row (penalties, its slice's top-k or argmax over the vocabulary) runs on the engine's threads
- * at once, the collective picks after it in order. */
-void engine_sample_rows(struct engine *e, struct sampler *const *smp, const float *const *local, int n,
-                        int32_t *tokens);
 
 /* Sequences the engine holds, and the positions each may hold (n_ctx / n_seq). */
 int engine_n_seq(const struct engine *e);

@@ -246,14 +246,8 @@ static int32_t gather_and_pick(struct sampler *s, struct coll *c, int64_t n) {
     return token;
 }
 
-int64_t sampler_local(struct sampler *s, const float *local, int64_t v0, int64_t n_local) {
-    return local_candidates(s, local, v0, n_local);
-}
-
-int32_t sampler_pick_dist(struct sampler *s, struct coll *c, int64_t n) { return gather_and_pick(s, c, n); }
-
 int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local) {
-    return sampler_pick_dist(s, c, sampler_local(s, local, v0, n_local));
+    return gather_and_pick(s, c, local_candidates(s, local, v0, n_local));
 }
 
 int32_t sampler_sample_candidates(struct sampler *s, struct coll *c, const int32_t *ids, const float *logits, int64_t n) {

@@ -41,12 +41,6 @@ int32_t sampler_sample(struct sampler *s, const float *logits);
  * v0 .. v0+n_local-1); every rank returns the same token. Every rank's sampler must have
  * accepted the same tokens. */
 int32_t sampler_sample_dist(struct sampler *s, struct coll *c, const float *local, int64_t v0, int64_t n_local);
-/* sampler_sample_dist in its two steps: sampler_local, this rank's alone (the penalties and the
- * slice's best candidates, kept in s; no collective and no other sampler's state, so the
- * samplers of different sequences may run it on different threads at once), returning the
- * candidates' count; then sampler_pick_dist with that count, the collective pick. */
-int64_t sampler_local(struct sampler *s, const float *local, int64_t v0, int64_t n_local);
-int32_t sampler_pick_dist(struct sampler *s, struct coll *c, int64_t n);
 /* Candidates made elsewhere (the GPU stage's top-k, penalty applied): ids[n], logits[n] on
  * rank 0, n = 0 on the others. Collective: rank 0 picks with the remaining steps (top-k, top-p,
  * min-p, temperature, draw) and every rank returns its token. */
