@@ -9,9 +9,10 @@
  * headers as on the CPU: every type the CPU ranks compute with). A matmul with few activation rows runs a
  * GEMV: on int8 activations (cuk_gemv_q8, dp4a, the decode path of the GPU stage) for the
  * block-quantized types, or decoding the blocks in registers against f32 activations
- * (cuk_gemv, every type); with more rows
- * the weights are dequantized tile by tile into an f16 scratch and multiplied by cuBLAS (f16
- * inputs, f32 accumulation; F32 weights go to cublasSgemm as they are). Nothing here reorders
+ * (cuk_gemv, every type); from CUK_MMQ_MIN_ROWS to CUK_MMQ_MAX_ROWS rows of the types
+ * with an int8 tensor-core kernel, that kernel (cuk_gemv_q8); with more rows the weights are
+ * dequantized tile by tile into an f16 scratch and multiplied by cuBLAS (f16 inputs, f32
+ * accumulation; F32 weights go to cublasSgemm as they are). Nothing here reorders
  * or repacks a weight.
  *
  * Built without CUDA (no nvcc), kernels/cuda/none.c provides the same functions:
@@ -177,7 +178,8 @@ struct cuk_gemv_out {
     bool accumulate;
 };
 #define CUK_GEMV_MAX_OUTS 3
-/* The most activation rows of cuk_gemv_q8: a batched decode step of up to 16 sequences. */
+/* The most activation rows of cuk_gemv_q8 for every type (the dp4a GEMV): a batched decode step
+ * of up to 16 sequences. */
 #define CUK_GEMV_MAX_ROWS 16
 /* The most rows of cuk_gemv_q8 on int8 tensor cores (where cuk_q8_tensor_cores says so): the
  * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, a llama-3-8b

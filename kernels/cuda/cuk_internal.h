@@ -113,12 +113,12 @@ struct __align__(8) cuk_q8s {
  * block in one 8-byte load, and the 8 rows of an n-tile are 256 contiguous bytes (two L1
  * wavefronts, where rows k bytes apart cost eight). */
 struct cuk_q8buf {
-    int8_t *q;
-    cuk_q8s *s;
-    int8_t *tq;  /* NULL when m < CUK_MMQ_MIN_ROWS */
-    cuk_q8s *ts;
+    int8_t *q;   /* [m][k] */
+    cuk_q8s *s;  /* [m][k/32] */
+    int8_t *tq;  /* [k/32][R][32], words permuted; NULL when m < CUK_MMQ_MIN_ROWS */
+    cuk_q8s *ts; /* [k/32][R] */
     int64_t k;
-    int R;       /* rows of the tq/ts layout (0: none) */
+    int R;       /* m rounded up to 8 (0: no tq, ts) */
 };
 static inline size_t cuk_q8_qbytes(int m, int64_t k) { return ((size_t)m * (size_t)k + 15) / 16 * 16; }
 static inline int cuk_q8_tile_rows(int m) { return m >= CUK_MMQ_MIN_ROWS ? (m + 7) / 8 * 8 : 0; }
@@ -126,12 +126,13 @@ static inline int cuk_q8_tile_rows(int m) { return m >= CUK_MMQ_MIN_ROWS ? (m + 
 static inline size_t cuk_q8_tile_offset(int m, int64_t k) {
     return (cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s) + 127) / 128 * 128;
 }
+/* The buffer at xq (all NULL for xq NULL: no q8 wanted). */
 static inline cuk_q8buf cuk_q8_at(void *xq, int m, int64_t k) {
-    cuk_q8buf b;
+    cuk_q8buf b = {NULL, NULL, NULL, NULL, k, 0};
+    if (!xq) return b;
     b.q = (int8_t *)xq;
     b.s = (cuk_q8s *)(b.q + cuk_q8_qbytes(m, k));
-    b.k = k;
-    b.R = xq ? cuk_q8_tile_rows(m) : 0;
+    b.R = cuk_q8_tile_rows(m);
     b.tq = b.R ? b.q + cuk_q8_tile_offset(m, k) : NULL;
     b.ts = b.R ? (cuk_q8s *)(b.tq + (size_t)b.R * (size_t)k) : NULL;
     return b;

@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (lane == 0) y[(int64_t)col * ldy + row] = acc;
 }
 
-/* ---- the q8 matmuls of decode (cuk_gemv_q8) ------------------------------------------------
+/* ---- the q8 matmuls of decode, and of prompt chunks on tensor cores (cuk_gemv_q8) ---------
  * Weights against int8 activations (aq: int8 values, as: one cuk_q8s per 32), as the CPU's
  * vec_dot_ref computes it: an exact integer sum per 32-value activation block, then one float
  * step per block in the CPU's order. QV<T> takes unit u of a weight row (one 32-value block of
@@ -624,7 +624,7 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
     }
 }
 
-/* ---- batched decode on int8 tensor cores ---------------------------------------------------
+/* ---- batched decode and prompt chunks on int8 tensor cores --------------------------------
  * For CUK_MMQ_MIN_ROWS .. CUK_MMQ_MAX_ROWS activation rows of a 32-value QV type, mma.sync
  * m16n8k32 (s8 x s8 -> s32) takes, per 32-value unit, 16 weight rows (A: the codes as QV::words
  * gives them, thread t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation
@@ -1146,7 +1146,8 @@ template <class QQ> constexpr size_t mmq_smem() { return (size_t)MQ_WARPS * MQ_D
 extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) {
     size_t smem = 0;
     return c->mmq && m >= CUK_MMQ_MIN_ROWS && m <= CUK_MMQ_MAX_ROWS &&
-           with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) && smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
+           with_qv32(t, [&](auto qv) { smem = mmq_smem<decltype(qv)>(); }) &&
+           smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
 }
 
 /* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
@@ -1169,7 +1170,8 @@ void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, 
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
     NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0 && b.tq && b.R >= m);
     const size_t smem = mmq_smem<QQ>();
-    NM_ASSERT(smem >= (size_t)MQ_WARPS * 16 * CUK_MMQ_MAX_ROWS * sizeof(float)); /* the warps' sums fit the stages */
+    static_assert(mmq_smem<QQ>() >= (size_t)MQ_WARPS * 16 * CUK_MMQ_MAX_ROWS * sizeof(float),
+                  "the warps' sums fit the stages");
     static_assert(CUK_MMQ_MAX_ROWS <= 32 && CUK_GEMV_MAX_ROWS <= CUK_MMQ_MAX_ROWS,
                   "mmq_kernel's instantiations cover up to 32 rows");
     switch ((m + 7) / 8) {
@@ -1200,7 +1202,7 @@ extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const vo
     }
     o.n_outs = n_outs;
     o.n_rows = rows;
-    const cuk_q8buf b = cuk_q8_at((void *)xq, m, k); /* (read only here) */
+    const cuk_q8buf b = cuk_q8_at((void *)xq, m, k); /* (its pointers are only read here) */
     const int8_t *q = b.q;
     const cuk_q8s *s = b.s;
     NM_ASSERT(((uintptr_t)q & 15) == 0);

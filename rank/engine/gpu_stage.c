@@ -98,7 +98,8 @@ struct gpu_stage {
 };
 
 /* ---- the prompt path's f16 copies ------------------------------------------------------------
- * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows) is a cuBLAS GEMM on f16 weights. Without
+ * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows; more than CUK_MMQ_MAX_ROWS for the types
+ * of the int8 tensor cores) is a cuBLAS GEMM on f16 weights. Without
  * copies each call dequantizes its weight to f16 in tiles first (reading the blocks, writing
  * their values as f16 and reading those again, for every chunk of every prompt); where the device
  * has room once the stage is allocated, every dense matmul weight is dequantized here, once, into
@@ -662,11 +663,13 @@ static const float *matmul_input(struct gpu_stage *s, enum dtype t, const float 
  * for block-quantized weights) for every weight that reads it the same way. */
 static void matmuls(struct gpu_stage *s, const struct gmat *const *w, float *const *y, int nw, const float *x, int n) {
     int staged = -1; /* the rounding of the staged input: -1 none yet, 0 as is, 1 q8 */
+    bool quantized = false; /* s->xq8 holds x's q8 */
     for (int i = 0; i < nw; i++) {
         const struct gmat *wi = w[i];
         NM_ASSERT(wi->k == w[0]->k);
         if (cuk_gemv_q8_supported(wi->type) && (n <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(s->ctx, wi->type, n))) {
-            cuk_quantize_q8(s->ctx, s->xq8, x, wi->k, n, wi->k);
+            if (!quantized) cuk_quantize_q8(s->ctx, s->xq8, x, wi->k, n, wi->k);
+            quantized = true;
             const struct cuk_gemv_out o = {.w = wi->d, .n = wi->n, .y = y[i], .ldy = wi->n};
             cuk_gemv_q8(s->ctx, wi->type, wi->k, s->xq8, n, &o, 1);
         } else if (n <= CUK_GEMV_MAX_ROWS || wi->type == DTYPE_F32) {

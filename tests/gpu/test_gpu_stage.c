@@ -99,9 +99,10 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
 /* Three sequences of the same tokens through one stage of n_seq 3 and n_batch 20: prompts in
  * batches mixing the sequences (18 rows: a run of 10, which takes the tensor-core attention, next
  * to runs of 3 and 5; 30 rows, cut into a chunk of 20 inside a run and one of the run's other 10
- * rows, which takes the decode path of more than 8 rows), then decode steps of one row per
- * sequence (the 3-row GEMV path and its graph) and of two (6 rows: int8 tensor cores for their
- * types), then sequence 1 rewound by one and that row again
+ * rows, which takes the decode path of more than 8 rows; the chunks of 18 and 20 rows run their
+ * matmuls on the int8 tensor cores for their types), then decode steps of one row per sequence
+ * (3 rows and their graph: the tensor cores for their types, the GEMV for the others) and of two
+ * (6 rows), then sequence 1 rewound by one and that row again
  * alone (the graph of one row, at sequence 1's region). Every row against the CPU's logits of its
  * position. */
 static void multi_seq(const struct model *m, int64_t lf, const float *h, const float *cpu, int n_prompt, int n_gen,
