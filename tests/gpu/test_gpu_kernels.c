@@ -367,8 +367,8 @@ static void test_gemv_q8(krng *r) {
                 if (cuk_q8_tensor_cores(g_ctx, t, more[i])) check_gemv_q8(r, t, ks[a], ns[(a + i) % 3], 1 + (a + i) % 3, more[i]);
         }
         if (!cuk_q8_tensor_cores(g_ctx, t, CUK_MMQ_MAX_ROWS))
-            printf("gemv_q8 %s: no int8 tensor cores for it here: rows past %d not checked\n", dtype_get(t)->name,
-                   CUK_GEMV_MAX_ROWS);
+            printf("gemv_q8 %s: rows past %d not checked (no int8 tensor-core kernel for the type, or none here)\n",
+                   dtype_get(t)->name, CUK_GEMV_MAX_ROWS);
         printf("gemv_q8 %s: checked (worst normalized error so far %.2e)\n", dtype_get(t)->name, ktest_worst_err);
     }
     /* more rows than the device holds warps at once, so that each warp takes several rows, each
