@@ -182,8 +182,9 @@ struct cuk_gemv_out {
  * of up to 16 sequences. */
 #define CUK_GEMV_MAX_ROWS 16
 /* The most rows of cuk_gemv_q8 on int8 tensor cores (where cuk_q8_tensor_cores says so): the
- * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, a llama-3-8b
- * layer of Q4_0 at 32 rows: 142 us there against 205 for cuBLAS on f16 copies). */
+ * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, session 19,
+ * a llama-3-8b layer of Q4_0 at 32 rows: 174.4-176.4 us there against 205.6 for cuBLAS on f16
+ * copies; at 24 rows 125.0-126.1). */
 #define CUK_MMQ_MAX_ROWS 32
 /* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
  * launch, on the q8 activations xq of m rows of k values: m <= CUK_GEMV_MAX_ROWS, or up to
@@ -193,6 +194,9 @@ struct cuk_gemv_out {
  * rows. */
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs);
+/* Whether cuk_gemv_q8 takes m rows of type t: a type it supports, and m <= CUK_GEMV_MAX_ROWS or
+ * rows the int8 tensor cores take (cuk_q8_tensor_cores). */
+bool cuk_gemv_q8_takes(const struct cuk_ctx *c, enum dtype t, int m);
 /* From this many rows on, cuk_gemv_q8 may run on int8 tensor cores, and the q8 buffer holds their
  * layout (bench_gpu rows, H100, session 19, us per llama-3-8b layer, the GEMV against the tensor
  * cores: 2 rows Q4_0 86.6 / 80.0, Q4_K 82.5 / 87.5, Q8_0 127.9 / 109.1; 3 rows 103.7 / 81.2,

@@ -122,9 +122,11 @@ struct cuk_q8buf {
 };
 static inline size_t cuk_q8_qbytes(int m, int64_t k) { return ((size_t)m * (size_t)k + 15) / 16 * 16; }
 static inline int cuk_q8_tile_rows(int m) { return m >= CUK_MMQ_MIN_ROWS ? (m + 7) / 8 * 8 : 0; }
+/* bytes of n rows' scales */
+static inline size_t cuk_q8_sbytes(int n, int64_t k) { return (size_t)n * (size_t)(k / 32) * sizeof(cuk_q8s); }
 /* where tq starts, past q and s */
 static inline size_t cuk_q8_tile_offset(int m, int64_t k) {
-    return (cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s) + 127) / 128 * 128;
+    return (cuk_q8_qbytes(m, k) + cuk_q8_sbytes(m, k) + 127) / 128 * 128;
 }
 /* The buffer at xq (all NULL for xq NULL: no q8 wanted). */
 static inline cuk_q8buf cuk_q8_at(void *xq, int m, int64_t k) {

@@ -1097,8 +1097,8 @@ extern "C" void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64
 
 extern "C" size_t cuk_q8_bytes(int m, int64_t k) {
     const int R = cuk_q8_tile_rows(m);
-    if (!R) return cuk_q8_qbytes(m, k) + (size_t)m * (size_t)(k / 32) * sizeof(cuk_q8s);
-    return cuk_q8_tile_offset(m, k) + (size_t)R * (size_t)k + (size_t)R * (size_t)(k / 32) * sizeof(cuk_q8s);
+    if (!R) return cuk_q8_qbytes(m, k) + cuk_q8_sbytes(m, k);
+    return cuk_q8_tile_offset(m, k) + (size_t)R * (size_t)k + cuk_q8_sbytes(R, k);
 }
 
 extern "C" void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k) {
@@ -1150,6 +1150,10 @@ extern "C" bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m
            smem <= (size_t)c->smem_optin; /* (Q8_0's 104 KiB exceed sm_86/89's 99 KiB) */
 }
 
+extern "C" bool cuk_gemv_q8_takes(const struct cuk_ctx *c, enum dtype t, int m) {
+    return cuk_gemv_q8_supported(t) && m >= 1 && (m <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(c, t, m));
+}
+
 /* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
 template <class QQ, int NT>
 void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int chunk_bytes, size_t smem,
@@ -1184,9 +1188,8 @@ void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, 
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,
                             const struct cuk_gemv_out *outs, int n_outs) {
-    NM_ASSERT(cuk_gemv_q8_supported(t) && k % dtype_get((uint32_t)t)->blck_size == 0);
-    NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS && m >= 1 &&
-              (m <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(c, t, m)));
+    NM_ASSERT(cuk_gemv_q8_takes(c, t, m) && k % dtype_get((uint32_t)t)->blck_size == 0);
+    NM_ASSERT(n_outs >= 1 && n_outs <= CUK_GEMV_MAX_OUTS);
     gemv_q8_outs o;
     memset(&o, 0, sizeof o);
     int rows = 0;

@@ -85,6 +85,7 @@ void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const
                     float eps) { CUK_NONE(); }
 void cuk_swiglu_q8(struct cuk_ctx *c, float *out, void *xq, const float *gate, const float *up, int rows, int64_t n) { CUK_NONE(); }
 bool cuk_gemv_q8_supported(enum dtype t) { return false; }
+bool cuk_gemv_q8_takes(const struct cuk_ctx *c, enum dtype t, int m) { return false; }
 bool cuk_q8_tensor_cores(const struct cuk_ctx *c, enum dtype t, int m) { return false; }
 void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m, const struct cuk_gemv_out *outs,
                  int n_outs) { CUK_NONE(); }

@@ -667,7 +667,7 @@ static void matmuls(struct gpu_stage *s, const struct gmat *const *w, float *con
     for (int i = 0; i < nw; i++) {
         const struct gmat *wi = w[i];
         NM_ASSERT(wi->k == w[0]->k);
-        if (cuk_gemv_q8_supported(wi->type) && (n <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(s->ctx, wi->type, n))) {
+        if (cuk_gemv_q8_takes(s->ctx, wi->type, n)) {
             if (!quantized) cuk_quantize_q8(s->ctx, s->xq8, x, wi->k, n, wi->k);
             quantized = true;
             const struct cuk_gemv_out o = {.w = wi->d, .n = wi->n, .y = y[i], .ldy = wi->n};

@@ -222,7 +222,7 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
         const int m = ms[mi];
         double sv = 0;
-        if (m <= CUK_GEMV_MAX_ROWS || (q8 && cuk_q8_tensor_cores(g_ctx, t, m))) {
+        if (!q8 ? m <= CUK_GEMV_MAX_ROWS : cuk_gemv_q8_takes(g_ctx, t, m)) {
             const int reps = 100;
             for (int rep = 0; rep < reps + 10; rep++) {
                 if (rep == 10) {
