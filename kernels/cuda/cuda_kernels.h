@@ -97,6 +97,9 @@ void cuk_h2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
 void cuk_d2h(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
 void cuk_d2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes);
 void cuk_sync(struct cuk_ctx *c);
+/* Marks what a profiler that starts collection off (ncu --profile-from-start off) records:
+ * on = true starts, false stops (cudaProfilerStart / Stop); nothing without one. */
+void cuk_profile(bool on);
 
 /* ---- matmul ------------------------------------------------------------------------------- */
 
@@ -307,14 +310,25 @@ void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w
 /* ---- sampling ----------------------------------------------------------------------------- */
 
 #define CUK_TOPK_MAX 1024
-/* Device scratch bytes cuk_topk needs for n logits. */
+#define CUK_TOPK_ROWS 16 /* rows cuk_topk takes in one round of kernels (its scratch holds them) */
+/* One row for cuk_topk: row `row` of the logits, its k (1 .. CUK_TOPK_MAX, at most n), and
+ * llama.cpp's repetition penalty on the distinct ids of pen_ids[n_pen] (host): a positive logit
+ * divided by penalty, a negative one multiplied (n_pen 0 or penalty 1: none). */
+struct cuk_topk_row {
+    int64_t row;
+    int k, n_pen;
+    const int32_t *pen_ids;
+    float penalty;
+};
+/* Device scratch bytes cuk_topk needs for rows of n logits. */
 size_t cuk_topk_scratch_bytes(int64_t n);
-/* The k <= CUK_TOPK_MAX best of logits[n] (device) after llama.cpp's repetition penalty on the
- * distinct ids of pen_ids[n_pen] (host): a positive logit divided by penalty, a negative one
- * multiplied. Written to the host arrays ids[k], vals[k] in descending order (ties: the lower
- * id first), synchronously. The device logits are not modified. */
-void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
-              float penalty, void *scratch, int32_t *ids, float *vals);
+/* For each of the n_rows requests, the k best of its row of logits (device, rows ld apart, n
+ * values each) after its penalty, in descending order (ties: the lower id first), written to the
+ * host arrays ids and vals: row i's after the k of the rows before it. All the rows' candidates
+ * come back in one copy per CUK_TOPK_ROWS rows; synchronous. The device logits are not
+ * modified. */
+void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t ld, int64_t n, const struct cuk_topk_row *rows,
+              int n_rows, void *scratch, int32_t *ids, float *vals);
 
 #ifdef __cplusplus
 }

@@ -56,7 +56,8 @@ struct cuk_ctx {
     int *att_cnt;
     int att_rows, att_heads, att_splits;
     int64_t att_hdv;
-    /* Small pinned staging for cuk_topk. */
+    /* Pinned staging for cuk_topk: CUK_TOPK_ROWS rows of CUK_TOPK_MAX candidates, and penalty
+     * ids (pin_ids' first CUK_TOPK_MAX, to dev_pen). */
     int32_t *pin_ids;
     float *pin_vals;
     int32_t *dev_pen;  /* [CUK_TOPK_MAX] penalty ids */

@@ -46,6 +46,7 @@ void cuk_h2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes) { CUK_
 void cuk_d2h(struct cuk_ctx *c, void *dst, const void *src, size_t bytes) { CUK_NONE(); }
 void cuk_d2d(struct cuk_ctx *c, void *dst, const void *src, size_t bytes) { CUK_NONE(); }
 void cuk_sync(struct cuk_ctx *c) { CUK_NONE(); }
+void cuk_profile(bool on) { (void)on; }
 bool cuk_matmul_type_supported(enum dtype t) { return false; }
 void cuk_matmul(struct cuk_ctx *c, enum dtype t, const void *w, int64_t k, int64_t n, const float *x, int64_t ldx,
                 int m, float *y, int64_t ldy) { CUK_NONE(); }
@@ -77,8 +78,8 @@ bool cuk_attention_tensor_cores(struct cuk_ctx *c, enum dtype kv_type, int m, in
 void cuk_moe_route(struct cuk_ctx *c, const float *logits, int m, int n_expert, int n_used, int32_t *ids, float *w) { CUK_NONE(); }
 void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, const float *w, int m, int n_used, int64_t n) { CUK_NONE(); }
 size_t cuk_topk_scratch_bytes(int64_t n) { return 0; }
-void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
-              float penalty, void *scratch, int32_t *ids, float *vals) { CUK_NONE(); }
+void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t ld, int64_t n, const struct cuk_topk_row *rows,
+              int n_rows, void *scratch, int32_t *ids, float *vals) { CUK_NONE(); }
 size_t cuk_q8_bytes(int m, int64_t k) { return 0; }
 void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k) { CUK_NONE(); }
 void cuk_rmsnorm_q8(struct cuk_ctx *c, float *y, void *xq, const float *x, const float *w, int rows, int64_t n,

@@ -695,26 +695,39 @@ __global__ void moe_combine_kernel(float *x, const float *y, const float *w, int
 }
 
 /* ---- top-k: bitonic sort of 2048-value chunks in shared memory, best k of each kept, repeated
- * until one chunk is left. Order: larger value first, ties the lower id first. */
+ * until one chunk is left; the rows of a round side by side (blockIdx.y). Order: larger value
+ * first, ties the lower id first. */
 constexpr int TK_CHUNK = 2048;
+
+/* where each row of a round reads in the first pass: its logits, or its penalized copy */
+struct tk_src {
+    const float *p[CUK_TOPK_ROWS];
+};
 
 __device__ __forceinline__ bool tk_before(float va, int ia, float vb, int ib) {
     return va > vb || (va == vb && ia < ib);
 }
 
+/* Row y = blockIdx.y of n values: src.p[y] with ids their indices (vin NULL: the first pass),
+ * else vin + y * ld with ids iin + y * ld; its chunk's best k go to vout, iout + y * ld. */
 __global__ void __launch_bounds__(TK_CHUNK / 2)
-    topk_chunk_kernel(const float *vin, const int32_t *iin, int64_t n, int k, float *vout, int32_t *iout) {
+    topk_chunk_kernel(tk_src src, const float *vin, const int32_t *iin, int64_t n, int64_t ld, int k, float *vout,
+                      int32_t *iout) {
     __shared__ float sv[TK_CHUNK];
     __shared__ int si[TK_CHUNK];
-    const int64_t base = (int64_t)blockIdx.x * TK_CHUNK;
+    const int64_t base = (int64_t)blockIdx.x * TK_CHUNK, y = blockIdx.y;
+    const float *vr = vin ? vin + y * ld : src.p[y];
+    const int32_t *ir = vin ? iin + y * ld : NULL;
+    vout += y * ld;
+    iout += y * ld;
     for (int e = threadIdx.x; e < TK_CHUNK; e += blockDim.x) {
         const int64_t idx = base + e;
         float v = -INFINITY;
         int id = INT_MAX;
         if (idx < n) {
-            v = vin[idx];
+            v = vr[idx];
             if (isnan(v)) v = -INFINITY;
-            id = iin ? iin[idx] : (int)idx;
+            id = ir ? ir[idx] : (int)idx;
         }
         sv[e] = v;
         si[e] = id;
@@ -1003,55 +1016,84 @@ extern "C" void cuk_moe_combine(struct cuk_ctx *c, float *x, const float *y, con
     CUK_LAUNCHED("moe_combine");
 }
 
-extern "C" size_t cuk_topk_scratch_bytes(int64_t n) { return 2 * (size_t)(n + TK_CHUNK) * (sizeof(float) + sizeof(int32_t)); }
+/* entries of one row's candidates buffer: the first pass's output, the largest */
+static int64_t tk_cap(int64_t n) { return (n + TK_CHUNK - 1) / TK_CHUNK * CUK_TOPK_MAX; }
 
-extern "C" void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t n, int k, const int32_t *pen_ids, int n_pen,
-                         float penalty, void *scratch, int32_t *ids, float *vals) {
-    NM_ASSERT(k >= 1 && k <= CUK_TOPK_MAX && k <= n);
-    const int64_t cap = n + TK_CHUNK;
-    float *vb[2] = {(float *)scratch, (float *)scratch + cap};
-    int32_t *ib[2] = {(int32_t *)(vb[1] + cap), (int32_t *)(vb[1] + cap) + cap};
-    const float *src = logits;
-    const int32_t *src_ids = NULL;
-    int cur = 0;
-    if (n_pen > 0 && penalty != 1.0f) {
-        /* Distinct ids inside the vocabulary, each penalized once (as the CPU sampler), sent in
-         * pieces of CUK_TOPK_MAX through the pinned buffer (waiting before it is refilled). */
-        int32_t *tmp = (int32_t *)malloc((size_t)n_pen * sizeof *tmp);
-        NM_ASSERT(tmp);
-        memcpy(tmp, pen_ids, (size_t)n_pen * sizeof *tmp);
-        qsort(tmp, (size_t)n_pen, sizeof *tmp, cmp_i32);
-        int nu = 0;
-        for (int i = 0; i < n_pen; i++)
-            if (tmp[i] >= 0 && tmp[i] < n && (nu == 0 || tmp[nu - 1] != tmp[i])) tmp[nu++] = tmp[i];
-        cuk_d2d(c, vb[0], logits, (size_t)n * sizeof(float));
-        for (int done = 0; done < nu; done += CUK_TOPK_MAX) {
-            const int cnt = NM_MIN(CUK_TOPK_MAX, nu - done);
-            if (done) cuk_sync(c);
-            memcpy(c->pin_ids, tmp + done, (size_t)cnt * sizeof(int32_t));
-            cuk_h2d(c, c->dev_pen, c->pin_ids, (size_t)cnt * sizeof(int32_t));
-            penalty_kernel<<<(cnt + 127) / 128, 128, 0, c->stream>>>(vb[0], c->dev_pen, cnt, penalty);
-            CUK_LAUNCHED("repetition penalty");
+/* scratch: [CUK_TOPK_ROWS][n] penalized copies, then two candidate buffers (values, then ids)
+ * of [CUK_TOPK_ROWS][tk_cap] */
+extern "C" size_t cuk_topk_scratch_bytes(int64_t n) {
+    return (size_t)CUK_TOPK_ROWS * ((size_t)n * sizeof(float) + 2 * (size_t)tk_cap(n) * (sizeof(float) + sizeof(int32_t)));
+}
+
+extern "C" void cuk_topk(struct cuk_ctx *c, const float *logits, int64_t ld, int64_t n, const struct cuk_topk_row *rows,
+                         int n_rows, void *scratch, int32_t *ids, float *vals) {
+    const int64_t cap = tk_cap(n);
+    float *copies = (float *)scratch;
+    float *vb[2] = {copies + CUK_TOPK_ROWS * n, copies + CUK_TOPK_ROWS * n + CUK_TOPK_ROWS * cap};
+    int32_t *ib[2] = {(int32_t *)(vb[1] + CUK_TOPK_ROWS * cap), (int32_t *)(vb[1] + CUK_TOPK_ROWS * cap) + CUK_TOPK_ROWS * cap};
+    int64_t at = 0; /* where the next row's candidates go in ids, vals */
+    for (int r0 = 0; r0 < n_rows; r0 += CUK_TOPK_ROWS) {
+        const int nr = NM_MIN(CUK_TOPK_ROWS, n_rows - r0);
+        int K = 1; /* every row of the round keeps the largest k: its own k are the first of them */
+        tk_src src = {};
+        bool staged = false; /* pin_ids holds penalty ids a queued copy may still read */
+        for (int i = 0; i < nr; i++) {
+            const struct cuk_topk_row *q = &rows[r0 + i];
+            NM_ASSERT(q->k >= 1 && q->k <= CUK_TOPK_MAX && q->k <= n && q->row >= 0);
+            K = NM_MAX(K, q->k);
+            src.p[i] = logits + q->row * ld;
+            if (q->n_pen < 1 || q->penalty == 1.0f) continue;
+            /* Distinct ids inside the vocabulary, each penalized once (as the CPU sampler), on a
+             * copy of the row, sent in pieces of CUK_TOPK_MAX through the pinned buffer (waiting
+             * before it is refilled). */
+            int32_t *tmp = (int32_t *)malloc((size_t)q->n_pen * sizeof *tmp);
+            NM_ASSERT(tmp);
+            memcpy(tmp, q->pen_ids, (size_t)q->n_pen * sizeof *tmp);
+            qsort(tmp, (size_t)q->n_pen, sizeof *tmp, cmp_i32);
+            int nu = 0;
+            for (int j = 0; j < q->n_pen; j++)
+                if (tmp[j] >= 0 && tmp[j] < n && (nu == 0 || tmp[nu - 1] != tmp[j])) tmp[nu++] = tmp[j];
+            float *copy = copies + (int64_t)i * n;
+            cuk_d2d(c, copy, src.p[i], (size_t)n * sizeof(float));
+            for (int done = 0; done < nu; done += CUK_TOPK_MAX) {
+                const int cnt = NM_MIN(CUK_TOPK_MAX, nu - done);
+                if (staged) cuk_sync(c);
+                memcpy(c->pin_ids, tmp + done, (size_t)cnt * sizeof(int32_t));
+                cuk_h2d(c, c->dev_pen, c->pin_ids, (size_t)cnt * sizeof(int32_t));
+                penalty_kernel<<<(cnt + 127) / 128, 128, 0, c->stream>>>(copy, c->dev_pen, cnt, q->penalty);
+                CUK_LAUNCHED("repetition penalty");
+                staged = true;
+            }
+            free(tmp);
+            src.p[i] = copy;
         }
-        free(tmp);
-        src = vb[0];
-        cur = 1;
+        const float *vin = NULL;
+        const int32_t *iin = NULL;
+        int cur = 0;
+        for (int64_t cn = n;;) {
+            const int64_t chunks = (cn + TK_CHUNK - 1) / TK_CHUNK;
+            const dim3 grid((unsigned)chunks, (unsigned)nr);
+            topk_chunk_kernel<<<grid, TK_CHUNK / 2, 0, c->stream>>>(src, vin, iin, cn, cap, K, vb[cur], ib[cur]);
+            CUK_LAUNCHED("top-k");
+            vin = vb[cur];
+            iin = ib[cur];
+            cur ^= 1;
+            if (chunks == 1) break;
+            cn = chunks * K;
+        }
+        /* each row's K best, in order, at the start of its row of vin / iin */
+        CUK_CHECK(cudaMemcpy2DAsync(c->pin_vals, (size_t)K * sizeof(float), vin, (size_t)cap * sizeof(float),
+                                    (size_t)K * sizeof(float), (size_t)nr, cudaMemcpyDeviceToHost, c->stream),
+                  "top-k values");
+        CUK_CHECK(cudaMemcpy2DAsync(c->pin_ids, (size_t)K * sizeof(int32_t), iin, (size_t)cap * sizeof(int32_t),
+                                    (size_t)K * sizeof(int32_t), (size_t)nr, cudaMemcpyDeviceToHost, c->stream),
+                  "top-k ids");
+        cuk_sync(c);
+        for (int i = 0; i < nr; i++) {
+            const int k = rows[r0 + i].k;
+            memcpy(vals + at, c->pin_vals + (int64_t)i * K, (size_t)k * sizeof(float));
+            memcpy(ids + at, c->pin_ids + (int64_t)i * K, (size_t)k * sizeof(int32_t));
+            at += k;
+        }
     }
-    int64_t cn = n;
-    for (;;) {
-        const int64_t chunks = (cn + TK_CHUNK - 1) / TK_CHUNK;
-        topk_chunk_kernel<<<(unsigned)chunks, TK_CHUNK / 2, 0, c->stream>>>(src, src_ids, cn, k, vb[cur], ib[cur]);
-        CUK_LAUNCHED("top-k");
-        src = vb[cur];
-        src_ids = ib[cur];
-        cur ^= 1;
-        if (chunks == 1) break;
-        cn = chunks * k;
-    }
-    /* src/src_ids now hold the k best, in order. */
-    CUK_CHECK(cudaMemcpyAsync(c->pin_vals, src, (size_t)k * sizeof(float), cudaMemcpyDeviceToHost, c->stream), "top-k values");
-    CUK_CHECK(cudaMemcpyAsync(c->pin_ids, src_ids, (size_t)k * sizeof(int32_t), cudaMemcpyDeviceToHost, c->stream), "top-k ids");
-    cuk_sync(c);
-    memcpy(vals, c->pin_vals, (size_t)k * sizeof(float));
-    memcpy(ids, c->pin_ids, (size_t)k * sizeof(int32_t));
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cuk_internal.h"
+#include <cuda_profiler_api.h>
 
 extern "C" bool cuk_built_with_cuda(void) { return true; }
 
@@ -86,8 +87,8 @@ extern "C" struct cuk_ctx *cuk_ctx_init(int dev, char *why, size_t whylen) {
     CUBLAS_CHECK(cublasCreate(&c->blas), "cuBLAS initialization; is libcublas the toolkit's version?");
     CUBLAS_CHECK(cublasSetStream(c->blas, c->stream), "cuBLAS stream");
     CUBLAS_CHECK(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH), "cuBLAS math mode (no TF32: f32 stays f32)");
-    CUK_CHECK(cudaMallocHost((void **)&c->pin_ids, CUK_TOPK_MAX * sizeof(int32_t)), "pinned host memory");
-    CUK_CHECK(cudaMallocHost((void **)&c->pin_vals, CUK_TOPK_MAX * sizeof(float)), "pinned host memory");
+    CUK_CHECK(cudaMallocHost((void **)&c->pin_ids, CUK_TOPK_ROWS * CUK_TOPK_MAX * sizeof(int32_t)), "pinned host memory");
+    CUK_CHECK(cudaMallocHost((void **)&c->pin_vals, CUK_TOPK_ROWS * CUK_TOPK_MAX * sizeof(float)), "pinned host memory");
     CUK_CHECK(cudaMalloc((void **)&c->dev_pen, CUK_TOPK_MAX * sizeof(int32_t)), "device memory for penalty ids");
     return c;
 }
@@ -175,6 +176,10 @@ extern "C" void cuk_d2d(struct cuk_ctx *c, void *dst, const void *src, size_t by
 extern "C" void cuk_sync(struct cuk_ctx *c) {
     CUK_CHECK(cudaStreamSynchronize(c->stream), "waiting for the GPU stream (a kernel failed: run with "
                                                 "CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer to see which)");
+}
+
+extern "C" void cuk_profile(bool on) {
+    CUK_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "profiler range");
 }
 
 extern "C" int cuk_ctx_reserve_gemm(struct cuk_ctx *c, int max_rows, int64_t max_k, size_t tile_bytes, char *why,

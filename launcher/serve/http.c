@@ -213,11 +213,12 @@ static enum MHD_Result completion(struct serve_http *h, struct serve_sched *sc, 
 static enum MHD_Result metrics(struct serve_sched *sc, struct MHD_Connection *c) {
     struct serve_metrics m;
     serve_sched_metrics(sc, &m);
-    char *b = malloc(4096);
+    enum { CAP = 8192 };
+    char *b = malloc(CAP);
     NM_ASSERT(b);
     int n = 0;
 #define METRIC(name, type, help, fmt, v)                                                                        \
-    n += snprintf(b + n, 4096 - (size_t)n, "# HELP numallm_" name " " help "\n# TYPE numallm_" name " " type "\n" \
+    if (n < CAP) n += snprintf(b + n, CAP - (size_t)n, "# HELP numallm_" name " " help "\n# TYPE numallm_" name " " type "\n" \
                   "numallm_" name " " fmt "\n", v)
     METRIC("requests_total", "counter", "Requests accepted.", "%llu", (unsigned long long)m.requests_total);
     METRIC("requests_cancelled_total", "counter", "Requests whose client went away.", "%llu",
@@ -233,11 +234,16 @@ static enum MHD_Result metrics(struct serve_sched *sc, struct MHD_Connection *c)
            m.predicted_seconds_total);
     METRIC("steps_total", "counter", "Forward passes (batches).", "%llu", (unsigned long long)m.steps_total);
     METRIC("batch_rows_total", "counter", "Rows over all batches.", "%llu", (unsigned long long)m.batch_rows_total);
+    METRIC("step_forward_seconds_total", "counter", "Time in the steps' forward passes.", "%.6f",
+           m.forward_seconds_total);
+    METRIC("step_sample_seconds_total", "counter", "Time sampling the steps' rows and sending their tokens.", "%.6f",
+           m.sample_seconds_total);
     METRIC("requests_processing", "gauge", "Requests holding a slot.", "%d", m.requests_processing);
     METRIC("requests_deferred", "gauge", "Requests waiting for a slot.", "%d", m.requests_deferred);
     METRIC("slots", "gauge", "Slots (-np).", "%d", m.n_slots);
     METRIC("slot_context", "gauge", "Positions per slot (-c / -np).", "%lld", (long long)m.n_ctx_slot);
 #undef METRIC
+    NM_ASSERT(n < CAP); /* (the lines fit: a bug otherwise) */
     return respond(c, MHD_HTTP_OK, b, "text/plain; version=0.0.4", false);
 }
 

@@ -100,6 +100,10 @@ struct step {
     bool *want_b;    /* [n_batch] the same, as the engine takes it */
     struct step_start *starts; /* [n_slots] */
     struct step_sample *samples; /* [n_batch] */
+    /* every rank: the samples' samplers, logits rows and tokens, as engine_sample_rows takes them */
+    struct sampler **smp; /* [n_batch] */
+    int *out;             /* [n_batch] */
+    int32_t *tok;         /* [n_batch] */
     int32_t *hist;   /* [n_hist] tokens the new samplers have seen */
     int64_t hist_cap;
     uint8_t *msg;    /* the arrays above packed for the broadcast */
@@ -134,10 +138,10 @@ struct serve_sched {
     struct engine *e;
     int rank, nranks;
     int n_slots, n_batch, max_queue;
-    int64_t n_ctx_slot, n_local;
+    int64_t n_ctx_slot;
     struct slot *slots;
     struct step st;
-    float *logits;            /* [n_batch][n_local] */
+    float *logits;            /* [n_batch][this rank's vocabulary slice] */
     int32_t eos;
     /* rank 0: the queue of requests waiting for a slot, in arrival order */
     pthread_mutex_t mu;
@@ -162,7 +166,6 @@ struct serve_sched *serve_sched_init(struct session *s, const struct serve_sched
     sc->n_batch = NM_MAX(p->n_batch, p->n_slots); /* one decode row per slot fits every step */
     sc->max_queue = p->max_queue;
     sc->n_ctx_slot = engine_n_ctx(s->e);
-    sc->n_local = range_len(s->m->shard.vocab);
     sc->slots = calloc((size_t)sc->n_slots, sizeof *sc->slots);
     NM_ASSERT(sc->slots);
     const struct sampler_params greedy = {.temp = 0, .repeat_penalty = 1};
@@ -183,8 +186,11 @@ struct serve_sched *serve_sched_init(struct session *s, const struct serve_sched
     sc->st.want_b = calloc((size_t)B, sizeof(bool));
     sc->st.starts = calloc((size_t)sc->n_slots, sizeof *sc->st.starts);
     sc->st.samples = calloc((size_t)B, sizeof *sc->st.samples);
+    sc->st.smp = calloc((size_t)B, sizeof *sc->st.smp);
+    sc->st.out = calloc((size_t)B, sizeof *sc->st.out);
+    sc->st.tok = calloc((size_t)B, sizeof *sc->st.tok);
     NM_ASSERT(sc->st.token && sc->st.pos && sc->st.seq && sc->st.want && sc->st.want_b && sc->st.starts &&
-              sc->st.samples);
+              sc->st.samples && sc->st.smp && sc->st.out && sc->st.tok);
     /* a step's rows that ask for logits: one per slot at most (form_batch) */
     sc->logits = engine_logits_buffer(sc->e, NM_MIN(B, sc->n_slots));
     int64_t eos = -1;
@@ -220,6 +226,9 @@ void serve_sched_free(struct serve_sched *sc) {
     free(sc->st.want_b);
     free(sc->st.starts);
     free(sc->st.samples);
+    free(sc->st.smp);
+    free(sc->st.out);
+    free(sc->st.tok);
     free(sc->st.hist);
     free(sc->st.msg);
     pthread_mutex_destroy(&sc->mu);
@@ -592,11 +601,21 @@ void serve_sched_run(struct serve_sched *sc) {
         for (int i = 0; i < st->h.n_rows; i++) st->want_b[i] = st->want[i];
         const struct engine_batch b = {.n = st->h.n_rows, .token = st->token, .pos = st->pos, .seq = st->seq,
                                        .logits = st->want_b};
-        if (engine_eval_batch(sc->e, &b, sc->logits, err, sizeof err)) nm_fatal("serve: %s", err); /* a bug */
-        for (int i = 0; i < st->h.n_samples; i++) {
-            const struct step_sample *smp = &st->samples[i];
-            struct slot *sl = &sc->slots[smp->slot];
-            const int32_t tok = engine_sample(sc->e, sl->smp, sc->logits + (size_t)smp->out * (size_t)sc->n_local);
+        const int ns = st->h.n_samples;
+        for (int i = 0; i < ns; i++) {
+            st->smp[i] = sc->slots[st->samples[i].slot].smp;
+            st->out[i] = st->samples[i].out;
+        }
+        /* with the head on the GPU and samplers that need only their top k, the logits stay there */
+        const bool on_stage = engine_rows_on_stage(sc->e, st->smp, ns, ns);
+        const double t0 = nm_time_s();
+        if (engine_eval_batch(sc->e, &b, on_stage ? NULL : sc->logits, err, sizeof err))
+            nm_fatal("serve: %s", err); /* a bug */
+        const double t1 = nm_time_s();
+        engine_sample_rows(sc->e, st->smp, st->out, ns, sc->logits, st->tok);
+        for (int i = 0; i < ns; i++) {
+            struct slot *sl = &sc->slots[st->samples[i].slot];
+            const int32_t tok = st->tok[i];
             sampler_accept(sl->smp, tok);
             if (sc->rank != 0) continue;
             if (sl->t_first == 0) {
@@ -611,6 +630,8 @@ void serve_sched_run(struct serve_sched *sc) {
             pthread_mutex_lock(&sc->mu);
             sc->met.steps_total++;
             sc->met.batch_rows_total += (uint64_t)st->h.n_rows;
+            sc->met.forward_seconds_total += t1 - t0;
+            sc->met.sample_seconds_total += nm_time_s() - t1;
             pthread_mutex_unlock(&sc->mu);
         }
     }

@@ -40,6 +40,7 @@ struct engine {
     size_t *vocab_bytes; /* [nranks] bytes of every rank's logits slice (all on rank 0 with -ngl) */
     int n_batch;
     int n_seq;
+    int last_asking; /* rows that asked for logits in the last engine_eval_batch */
     int64_t *seq_pos;   /* [n_seq] positions each sequence holds (engine_seq_pos) */
     uint8_t *seq_seen;  /* [n_seq] scratch: the sequence has a row in the batch being checked */
     engine_layer_hook hook;
@@ -354,21 +355,65 @@ bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp) 
     return e->m->head_remote && e->n_seq == 1 && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
 }
 
+/* Rows' tokens from candidates the stage makes (rows as in stage_topk), collective. */
+static void stage_sample(struct engine *e, struct sampler *const *smp, const int *rows, int n, int32_t *tokens) {
+    int *k = calloc((size_t)NM_MAX(n, 1), sizeof *k);
+    NM_ASSERT(k);
+    int32_t *ids = NULL;
+    float *vals = NULL;
+    const bool r0 = e->stage.ops != NULL;
+    if (r0) { /* rank 0: every row's candidates in one round trip */
+        struct stage_topk *q = malloc((size_t)NM_MAX(n, 1) * sizeof *q);
+        NM_ASSERT(q);
+        int64_t total = 0;
+        for (int i = 0; i < n; i++) {
+            k[i] = sampler_candidates_needed(smp[i], ENGINE_STAGE_MAX_K);
+            q[i] = (struct stage_topk){.row = rows[i], .k = k[i]};
+            q[i].tokens = sampler_penalty_tokens(smp[i], &q[i].n_tokens, &q[i].penalty);
+            total += k[i];
+        }
+        ids = malloc((size_t)NM_MAX(total, 1) * sizeof *ids);
+        vals = malloc((size_t)NM_MAX(total, 1) * sizeof *vals);
+        NM_ASSERT(ids && vals);
+        char err[512];
+        if (e->stage.ops->topk(e->stage.ctx, n, q, ids, vals, err, sizeof err)) nm_fatal("%s", err);
+        free(q);
+    }
+    for (int i = 0, at = 0; i < n; at += k[i], i++)
+        tokens[i] = sampler_sample_candidates(smp[i], e->coll, r0 ? ids + at : NULL, r0 ? vals + at : NULL,
+                                              r0 ? k[i] : 0);
+    free(ids);
+    free(vals);
+    free(k);
+}
+
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local) {
     if (!engine_samples_on_stage(e, smp))
         return sampler_sample_dist(smp, e->coll, local, e->m->shard.vocab.begin, e->n_vocab_l);
-    int k = 0;
-    int32_t ids[ENGINE_STAGE_MAX_K];
-    float vals[ENGINE_STAGE_MAX_K];
-    if (e->stage.ops) { /* rank 0 */
-        int n;
-        float penalty;
-        const int32_t *toks = sampler_penalty_tokens(smp, &n, &penalty);
-        k = sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K);
-        char err[512];
-        if (e->stage.ops->topk(e->stage.ctx, k, toks, n, penalty, ids, vals, err, sizeof err)) nm_fatal("%s", err);
+    int32_t tok;
+    const int last = -1; /* the stage keeps the last row's logits */
+    stage_sample(e, &smp, &last, 1, &tok);
+    return tok;
+}
+
+bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking) {
+    /* the stage keeps the asked rows' logits when they and the batch's last row fit its kept rows */
+    if (!e->m->head_remote || n_asking >= PIPELINE_KEPT_ROWS) return false;
+    for (int i = 0; i < n; i++)
+        if (sampler_candidates_needed(smp[i], ENGINE_STAGE_MAX_K) < 1) return false;
+    return true;
+}
+
+void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,
+                        int32_t *tokens) {
+    if (engine_rows_on_stage(e, smp, n, e->last_asking)) {
+        stage_sample(e, smp, rows, n, tokens);
+        return;
     }
-    return sampler_sample_candidates(smp, e->coll, ids, vals, k);
+    NM_ASSERT(local || e->n_vocab_l == 0);
+    for (int i = 0; i < n; i++)
+        tokens[i] = sampler_sample_dist(smp[i], e->coll, local + (int64_t)rows[i] * e->n_vocab_l,
+                                        e->m->shard.vocab.begin, e->n_vocab_l);
 }
 
 int engine_n_seq(const struct engine *e) { return e->n_seq; }
@@ -901,6 +946,8 @@ enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b,
     e->b = b;
     eval_batch(e, logits);
     e->b = NULL;
+    e->last_asking = 0;
+    for (int i = 0; i < b->n; i++) e->last_asking += b->logits[i];
     for (int i = 0; i < b->n; i++) e->seq_pos[b->seq[i]] = b->pos[i] + 1;
     return NM_OK;
 }

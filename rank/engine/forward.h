@@ -100,6 +100,15 @@ float *engine_logits_buffer(struct engine *e, int rows);
 struct sampler;
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp);
 int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local);
+/* Several rows' next tokens, collective: tokens[i] for row rows[i] of the last engine_eval_batch
+ * (its index among the rows that asked), sampled with smp[i]. When engine_rows_on_stage holds for
+ * them and that batch's n_asking rows, the GPU stage makes every row's candidates in one round
+ * trip and engine_eval_batch may have been given logits = NULL; otherwise local is the logits it
+ * filled, [rows asking][vocab_local]. engine_rows_on_stage: the head is on the GPU rank, every
+ * sampler needs only its top k, and the stage keeps the rows (fewer than PIPELINE_KEPT_ROWS ask). */
+bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking);
+void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,
+                        int32_t *tokens);
 
 /* Sequences the engine holds, and the positions each may hold (n_ctx / n_seq). */
 int engine_n_seq(const struct engine *e);

@@ -77,6 +77,9 @@ struct gpu_stage {
     float *logits; /* [logit_rows][n_vocab] */
     int logit_rows;
     const float *last_logits;
+    /* rows of logits kept for top-k: asked rows held_ask0 .. held_ask0 + held_n - 1 of the last
+     * evaluation are rows held_dev[..] of logits */
+    int held_ask0, held_n, held_dev[PIPELINE_KEPT_ROWS];
     void *topk_scratch;
     float *pin_in, *pin_out; /* page-locked staging: [n_batch][n_embd], [logit_rows][n_vocab] */
 
@@ -471,7 +474,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->v_row = vd;
     s->kv_bytes = (uint64_t)nl * (uint64_t)n_ctx * (uint64_t)(kd + vd) * es;
     const int64_t nu = s->n_expert_used, ff_rows = NM_MAX(c->n_ff, nu * s->n_ff_exp);
-    s->logit_rows = (int)NM_MIN(B, 32);
+    s->logit_rows = (int)NM_MIN(B, PIPELINE_KEPT_ROWS);
     const int64_t max_k = NM_MAX(NM_MAX(E, ad), NM_MAX(c->n_ff, s->n_ff_exp));
     const size_t tile_bytes = (size_t)NM_MAX((int64_t)64 << 20, max_k * 2 * 64);
     const uint64_t scratch = sizeof(float) * (uint64_t)(B * (3 * E + qd + kd + vd + ad + 2 * ff_rows) +
@@ -639,6 +642,7 @@ void gpu_stage_seq_keep(struct gpu_stage *s, int seq, int64_t n) {
     NM_ASSERT(seq >= 0 && seq < s->n_seq && n >= 0 && n <= s->seq_pos[seq]);
     s->seq_pos[seq] = n; /* the cache rows after n are rewritten before any row reads them */
     s->last_logits = NULL;
+    s->held_n = 0;
 }
 void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past) { gpu_stage_seq_keep(s, 0, n_past); }
 
@@ -931,12 +935,20 @@ static void logits_out(struct gpu_stage *s, float *out, const float *d_logits, i
 }
 
 /* The rows of a chunk whose logits are computed: head[0 .. n_head), ascending (none: only the
- * layers); the first n_out of them go to the caller's buffer (the rows that ask; in a batch's
- * last chunk its last row follows them when it does not ask itself, for gpu_stage_topk). */
+ * layers); the first n_out of them go to the caller's buffer (the rows that ask, ask0 .. of the
+ * batch's; in a batch's last chunk its last row follows them when it does not ask itself, for
+ * gpu_stage_topk). */
 struct chunk_head {
     const int *head;
-    int n_head, n_out;
+    int n_head, n_out, ask0;
 };
+
+/* Asked rows ask0 .. ask0 + n - 1 are kept in rows dev[0 .. n) of s->logits (n <= 0: none). */
+static void hold_rows(struct gpu_stage *s, int ask0, int n, const int *dev) {
+    s->held_ask0 = ask0;
+    s->held_n = NM_MAX(n, 0);
+    for (int j = 0; j < s->held_n; j++) s->held_dev[j] = dev ? dev[j] : j;
+}
 
 /* Decode rows: through the graph of n rows when the first row asks for logits (so the head runs
  * on all n) and no hook is set, else launched one by one. first_chunk: the chunk opens its batch
@@ -966,6 +978,9 @@ static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const s
         cuk_h2d(s->ctx, s->d_rows, s->rows, (size_t)n * 2 * sizeof(int64_t));
         decode_device(s, n, first);
     }
+    int dev[CUK_GEMV_MAX_ROWS];
+    for (int j = 0; j < h->n_out; j++) dev[j] = h->head[j] - first;
+    hold_rows(s, h->ask0, h->n_out, dev);
     if (out && h->n_out > 0) {
         bool dense = true; /* the rows that ask are the head's first n_out */
         for (int j = 0; j < h->n_out; j++) dense = dense && h->head[j] - first == j;
@@ -1019,6 +1034,7 @@ static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const st
         add_bias(s, s->logits, s->output_bias, rows, V);
         s->last_logits = s->logits + (int64_t)(rows - 1) * V;
         const int n_copy = NM_MIN(rows, h->n_out - j0);
+        hold_rows(s, h->ask0 + j0, n_copy, NULL);
         if (out && n_copy > 0) logits_out(s, out + (int64_t)j0 * V, s->logits, n_copy);
     }
 }
@@ -1033,6 +1049,7 @@ enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batc
     const int64_t E = s->cfg.n_embd, V = s->cfg.n_vocab;
     int *head = malloc((size_t)NM_MIN(b->n, s->n_batch) * sizeof *head);
     NM_ASSERT(head);
+    s->held_n = 0;
     int64_t out_rows = 0;
     for (int done = 0; done < b->n;) {
         const int n = NM_MIN(s->n_batch, b->n - done);
@@ -1040,7 +1057,7 @@ enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batc
             s->rows[2 * i] = b->pos[done + i];
             s->rows[2 * i + 1] = (int64_t)b->seq[done + i] * s->n_ctx_seq;
         }
-        struct chunk_head h = {.head = head};
+        struct chunk_head h = {.head = head, .ask0 = (int)out_rows};
         for (int i = 0; i < n; i++)
             if (b->logits[done + i]) head[h.n_head++] = i;
         h.n_out = h.n_head;
@@ -1074,14 +1091,34 @@ enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, i
     return st;
 }
 
-enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,
-                              float repeat_penalty, int32_t *ids, float *vals, char *err, size_t errlen) {
+enum nm_status gpu_stage_topk(struct gpu_stage *s, int n, const struct stage_topk *q, int32_t *ids, float *vals,
+                              char *err, size_t errlen) {
     if (!s->last_logits) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k before any row was evaluated");
-    const int64_t kmax = NM_MIN((int64_t)CUK_TOPK_MAX, s->cfg.n_vocab);
-    if (k < 1 || k > kmax)
-        return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k of %d; allowed are 1..%lld (larger: take the logits)",
-                       k, (long long)kmax);
-    cuk_topk(s->ctx, s->last_logits, s->cfg.n_vocab, k, penalty_tokens, n_penalty, repeat_penalty, s->topk_scratch, ids,
-             vals);
+    const int64_t V = s->cfg.n_vocab, kmax = NM_MIN((int64_t)CUK_TOPK_MAX, V);
+    struct cuk_topk_row *r = malloc((size_t)NM_MAX(n, 1) * sizeof *r);
+    NM_ASSERT(r);
+    for (int i = 0; i < n; i++) {
+        if (q[i].k < 1 || q[i].k > kmax) {
+            free(r);
+            return nm_errf(err, errlen, NM_ERR_ARGS,
+                           "GPU stage: top-k of %d; allowed are 1..%lld (larger: take the logits)", q[i].k,
+                           (long long)kmax);
+        }
+        int64_t row = (s->last_logits - s->logits) / V;
+        if (q[i].row >= 0) {
+            const int j = q[i].row - s->held_ask0;
+            if (j < 0 || j >= s->held_n) {
+                free(r);
+                return nm_errf(err, errlen, NM_ERR_ARGS,
+                               "GPU stage: the logits of row %d (of those that asked) are not kept on the device "
+                               "(kept: %d .. %d)", q[i].row, s->held_ask0, s->held_ask0 + s->held_n - 1);
+            }
+            row = s->held_dev[j];
+        }
+        r[i] = (struct cuk_topk_row){.row = row, .k = q[i].k, .n_pen = q[i].n_tokens, .pen_ids = q[i].tokens,
+                                     .penalty = q[i].penalty};
+    }
+    if (n > 0) cuk_topk(s->ctx, s->logits, V, V, r, n, s->topk_scratch, ids, vals);
+    free(r);
     return NM_OK;
 }

@@ -89,7 +89,8 @@ void gpu_stage_free(struct gpu_stage *s);
 /* Evaluate a batch of rows (pipeline.h's stage_batch: hidden states [n][n_embd] f32 on the host,
  * each row's sequence and position) through the stage's layers, then output_norm and the head for
  * the rows that ask. logits (host), when not NULL, receives [rows asking][n_vocab] in row order;
- * the last row's logits stay on the device for gpu_stage_topk whether or not it asks. Any n
+ * the logits of the last chunk's rows that ask (up to PIPELINE_KEPT_ROWS of them, the last) and
+ * of the last row, asking or not, stay on the device for gpu_stage_topk. Any n
  * works: chunks of n_batch run one after the other. NM_ERR_ARGS, naming the row, with no state
  * change, when a sequence id, a position (each sequence's rows adjacent, continuing it:
  * gpu_stage_seq_pos) or a context limit is wrong. */
@@ -100,14 +101,15 @@ enum nm_status gpu_stage_eval_batch(struct gpu_stage *s, const struct stage_batc
 enum nm_status gpu_stage_eval(struct gpu_stage *s, const float *hidden, int n, int64_t pos0, bool logits_all,
                               float *logits, char *err, size_t errlen);
 
-/* The k best candidates of the last evaluated row's logits, on the device, after llama.cpp's
- * repetition penalty over penalty_tokens[n_penalty] (each distinct id once: a positive logit
- * divided by repeat_penalty, a negative one multiplied; 1 = off). ids[k], vals[k] (host) in
- * descending order, ties the lower id first: the (id, logit) candidates the CPU sampler builds
- * in local_candidates, so its picking step can take them as they are. Greedy is k = 1.
- * NM_ERR_ARGS when nothing was evaluated yet or k is outside 1..min(1024, n_vocab). */
-enum nm_status gpu_stage_topk(struct gpu_stage *s, int k, const int32_t *penalty_tokens, int n_penalty,
-                              float repeat_penalty, int32_t *ids, float *vals, char *err, size_t errlen);
+/* For each of n rows of the last evaluation (pipeline.h's stage_topk), on the device, its k best
+ * candidates after llama.cpp's repetition penalty over its tokens (each distinct id once: a
+ * positive logit divided by the penalty, a negative one multiplied; 1 = off): row i's after the
+ * k of the rows before it in ids, vals (host), in descending order, ties the lower id first: the
+ * (id, logit) candidates the CPU sampler builds in local_candidates, so its picking step can take
+ * them as they are. Greedy is k = 1. NM_ERR_ARGS when nothing was evaluated yet, a row's logits
+ * are not kept, or a k is outside 1..min(1024, n_vocab). */
+enum nm_status gpu_stage_topk(struct gpu_stage *s, int n, const struct stage_topk *q, int32_t *ids, float *vals,
+                              char *err, size_t errlen);
 
 /* Positions sequence seq holds (the position its next row takes); sequence seq keeps its first n
  * (n <= gpu_stage_seq_pos) and forgets the rest: a rewind, a reused prefix, or 0 to reset. */

@@ -13,9 +13,9 @@
 static enum nm_status local_eval(void *ctx, const struct stage_batch *b, float *logits, char *err, size_t errlen) {
     return gpu_stage_eval_batch(ctx, b, logits, err, errlen);
 }
-static enum nm_status local_topk(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
-                                 float *vals, char *err, size_t errlen) {
-    return gpu_stage_topk(ctx, k, tokens, n_tokens, penalty, ids, vals, err, errlen);
+static enum nm_status local_topk(void *ctx, int n, const struct stage_topk *q, int32_t *ids, float *vals, char *err,
+                                 size_t errlen) {
+    return gpu_stage_topk(ctx, n, q, ids, vals, err, errlen);
 }
 static void local_keep(void *ctx, int seq, int64_t n) { gpu_stage_seq_keep(ctx, seq, n); }
 /* The counter DESIGN lesson 1 asks for, said when a stage closes (tests look for it). */
@@ -63,9 +63,8 @@ struct pipe_req {
     int32_t n;      /* rows (EVAL); n_batch (OPEN); sequence (KEEP) */
     int64_t pos0;   /* positions kept (KEEP), layer_first (OPEN) */
     int64_t n_ctx;  /* OPEN */
-    int32_t logits; /* rows asking for logits (EVAL); kv type (OPEN); k (TOPK) */
-    int32_t device; /* OPEN; penalty tokens that follow (TOPK) */
-    float penalty;  /* TOPK */
+    int32_t logits; /* rows asking for logits (EVAL); kv type (OPEN); rows (TOPK) */
+    int32_t device; /* OPEN; penalty tokens that follow, all rows' (TOPK) */
     int32_t n_seq;  /* OPEN */
 };
 
@@ -117,20 +116,42 @@ static enum nm_status remote_eval(void *ctx, const struct stage_batch *b, float 
     return NM_OK;
 }
 
-/* k candidates: ids then logits, one message. */
-static enum nm_status remote_topk(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
-                                  float *vals, char *err, size_t errlen) {
+/* A TOPK's rows on the wire: per row its row, k, token count and penalty; then every row's
+ * tokens, one after the other (PIPE_TAG_TOKENS). The answer: all the candidates' ids, then their
+ * logits, one message (PIPE_TAG_CANDS). */
+struct pipe_topk {
+    int32_t row, k, n_tokens;
+    float penalty;
+};
+
+static enum nm_status remote_topk(void *ctx, int n, const struct stage_topk *q, int32_t *ids, float *vals, char *err,
+                                  size_t errlen) {
     struct remote *r = ctx;
-    const struct pipe_req q = {.op = PIPE_TOPK, .logits = k, .device = n_tokens, .penalty = penalty};
-    coll_send(r->world, &q, sizeof q, r->peer, PIPE_TAG_REQ);
-    coll_send(r->world, tokens, (size_t)n_tokens * sizeof *tokens, r->peer, PIPE_TAG_TOKENS);
+    struct pipe_topk *w = malloc((size_t)NM_MAX(n, 1) * sizeof *w);
+    NM_ASSERT(w);
+    int64_t n_tok = 0, n_cand = 0;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct pipe_topk){.row = q[i].row, .k = q[i].k, .n_tokens = q[i].n_tokens, .penalty = q[i].penalty};
+        n_tok += q[i].n_tokens;
+        n_cand += q[i].k;
+    }
+    int32_t *tokens = malloc((size_t)NM_MAX(n_tok, 1) * sizeof *tokens);
+    NM_ASSERT(tokens && n_tok < INT32_MAX);
+    for (int i = 0, at = 0; i < n; at += q[i].n_tokens, i++)
+        if (q[i].n_tokens) memcpy(tokens + at, q[i].tokens, (size_t)q[i].n_tokens * sizeof *tokens);
+    const struct pipe_req req = {.op = PIPE_TOPK, .logits = n, .device = (int32_t)n_tok};
+    coll_send(r->world, &req, sizeof req, r->peer, PIPE_TAG_REQ);
+    coll_send(r->world, w, (size_t)n * sizeof *w, r->peer, PIPE_TAG_ROWS);
+    coll_send(r->world, tokens, (size_t)n_tok * sizeof *tokens, r->peer, PIPE_TAG_TOKENS);
+    free(w);
+    free(tokens);
     enum nm_status st = recv_reply(r->world, r->peer, err, errlen);
     if (st) return st;
-    uint8_t *buf = malloc((size_t)k * 8);
+    uint8_t *buf = malloc((size_t)NM_MAX(n_cand, 1) * 8);
     NM_ASSERT(buf);
-    coll_recv(r->world, buf, (size_t)k * 8, r->peer, PIPE_TAG_CANDS);
-    memcpy(ids, buf, (size_t)k * 4);
-    memcpy(vals, buf + (size_t)k * 4, (size_t)k * 4);
+    coll_recv(r->world, buf, (size_t)n_cand * 8, r->peer, PIPE_TAG_CANDS);
+    memcpy(ids, buf, (size_t)n_cand * 4);
+    memcpy(vals, buf + (size_t)n_cand * 4, (size_t)n_cand * 4);
     free(buf);
     return NM_OK;
 }
@@ -206,15 +227,29 @@ void pipeline_serve(struct coll *world, int peer, const struct gguf_file *f, con
             break;
         case PIPE_TOPK: {
             NM_ASSERT(g && q.logits > 0 && q.device >= 0);
-            const int k = q.logits;
+            const int n = q.logits;
+            struct pipe_topk *w = malloc((size_t)n * sizeof *w);
+            struct stage_topk *sq = malloc((size_t)n * sizeof *sq);
             int32_t *tokens = malloc((size_t)(q.device + 1) * sizeof *tokens);
-            uint8_t *buf = malloc((size_t)k * 8);
-            NM_ASSERT(tokens && buf);
+            NM_ASSERT(w && sq && tokens);
+            coll_recv(world, w, (size_t)n * sizeof *w, peer, PIPE_TAG_ROWS);
             coll_recv(world, tokens, (size_t)q.device * sizeof *tokens, peer, PIPE_TAG_TOKENS);
-            rep.status = (int32_t)gpu_stage_topk(g, k, tokens, q.device, q.penalty, (int32_t *)(void *)buf,
-                                                 (float *)(void *)(buf + (size_t)k * 4), rep.msg, sizeof rep.msg);
+            int64_t n_cand = 0, at = 0;
+            for (int i = 0; i < n; i++) {
+                NM_ASSERT(w[i].k > 0 && w[i].n_tokens >= 0 && at + w[i].n_tokens <= q.device);
+                sq[i] = (struct stage_topk){.row = w[i].row, .k = w[i].k, .n_tokens = w[i].n_tokens,
+                                            .tokens = tokens + at, .penalty = w[i].penalty};
+                at += w[i].n_tokens;
+                n_cand += w[i].k;
+            }
+            uint8_t *buf = malloc((size_t)n_cand * 8);
+            NM_ASSERT(buf);
+            rep.status = (int32_t)gpu_stage_topk(g, n, sq, (int32_t *)(void *)buf,
+                                                 (float *)(void *)(buf + (size_t)n_cand * 4), rep.msg, sizeof rep.msg);
             coll_send(world, &rep, sizeof rep, peer, PIPE_TAG_REPLY);
-            if (rep.status == NM_OK) coll_send(world, buf, (size_t)k * 8, peer, PIPE_TAG_CANDS);
+            if (rep.status == NM_OK) coll_send(world, buf, (size_t)n_cand * 8, peer, PIPE_TAG_CANDS);
+            free(w);
+            free(sq);
             free(tokens);
             free(buf);
             break;

@@ -35,6 +35,19 @@ struct stage_batch {
     const bool *logits;
 };
 
+/* Rows of logits the stage keeps on the device after an evaluation, for top-k: those of the
+ * rows that asked in the batch's last chunk (n_batch rows), up to this many (the last ones). */
+#define PIPELINE_KEPT_ROWS 32
+
+/* One row's candidates from the stage (gpu_stage_topk): the k best (id, logit) of row `row` of
+ * the last evaluation (its index among the rows that asked, as in eval's logits; -1: the last
+ * row, asking or not), after llama.cpp's repetition penalty over tokens[n_tokens]. */
+struct stage_topk {
+    int row, k, n_tokens;
+    const int32_t *tokens;
+    float penalty;
+};
+
 /* Logits buffers the stage fills are page-locked up to this size (a decode step's rows: 128
  * rows of a 128k vocabulary), so the logits come straight from the device; larger ones
  * (perplexity's batches, --dump-logits of a long prompt) are plain memory, filled through the
@@ -45,10 +58,9 @@ struct pipeline_stage_ops {
     /* Evaluate the rows; logits: NULL, or [rows asking][n_vocab] in row order. Any length: the
      * stage chunks. */
     enum nm_status (*eval)(void *ctx, const struct stage_batch *b, float *logits, char *err, size_t errlen);
-    /* The k best (id, logit) candidates of the last evaluated row, after the repetition penalty
-     * over tokens[n_tokens] (gpu_stage_topk): only they come back, not the vocabulary. */
-    enum nm_status (*topk)(void *ctx, int k, const int32_t *tokens, int n_tokens, float penalty, int32_t *ids,
-                           float *vals, char *err, size_t errlen);
+    /* The candidates of n rows (gpu_stage_topk): only they come back, not the vocabulary. */
+    enum nm_status (*topk)(void *ctx, int n, const struct stage_topk *q, int32_t *ids, float *vals, char *err,
+                           size_t errlen);
     /* Sequence seq keeps its first n positions and forgets the rest. */
     void (*keep)(void *ctx, int seq, int64_t n);
     /* Release the stage (remote: tell the GPU rank to stop serving). */

@@ -214,6 +214,43 @@ def run_level(host, port, conc, args, rng_seed):
             "error_samples": [r["error"] for r in errors[:5]]}
 
 
+def server_counters(host, port):
+    """numallm's /metrics counters as a dict (empty for a server without them)."""
+    try:
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        c.request("GET", "/metrics")
+        r = c.getresponse()
+        text = r.read().decode("utf-8", "replace") if r.status == 200 else ""
+        c.close()
+    except (OSError, http.client.HTTPException):
+        return {}
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#"):
+            try:
+                out[parts[0]] = float(parts[1])
+            except ValueError:
+                pass
+    return out
+
+
+def step_split(before, after, wall):
+    """Where a level's steps went, from numallm's counters around it (None without them)."""
+    keys = ("numallm_steps_total", "numallm_batch_rows_total", "numallm_step_forward_seconds_total",
+            "numallm_step_sample_seconds_total")
+    if not all(k in before and k in after for k in keys):
+        return None
+    d = {k: after[k] - before[k] for k in keys}
+    steps = d["numallm_steps_total"]
+    if steps <= 0:
+        return None
+    fwd = d["numallm_step_forward_seconds_total"] * 1e3 / steps
+    smp = d["numallm_step_sample_seconds_total"] * 1e3 / steps
+    return {"steps": int(steps), "rows_per_step": d["numallm_batch_rows_total"] / steps, "forward_ms": fwd,
+            "sample_ms": smp, "other_ms": wall * 1e3 / steps - fwd - smp}
+
+
 def cpu_name():
     try:
         with open("/proc/cpuinfo") as f:
@@ -306,15 +343,28 @@ def main():
                "%d requests per client" % args.requests if args.requests else "%g s" % args.duration))
         print("| clients | requests | errors | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        splits = []
         for i, conc in enumerate(levels):
+            before = server_counters(host, port)
             row = run_level(host, port, conc, args, args.seed + i)
+            row["steps"] = step_split(before, server_counters(host, port), row["wall_s"])
             rows.append(row)
+            if row["steps"]:
+                splits.append((conc, row["steps"]))
             print("| %d | %d | %d | %s | %s | %s | %s | %s | %s |" % (
                 conc, row["requests"], row["errors"], fmt(row["requests_per_s"], 2), fmt(row["output_tokens_per_s"]),
                 fmt(row["ttft_ms_p50"]), fmt(row["ttft_ms_p99"]), fmt(row["tpot_ms_p50"]), fmt(row["tpot_ms_p99"])),
                 flush=True)
             for e in row["error_samples"]:
                 print("  error: %s" % e, file=sys.stderr)
+        if splits:
+            print("\nThe server's steps (its /metrics counters around each level; other: the rest of the wall time,\n"
+                  "planning and waiting for requests included):\n")
+            print("| clients | steps | rows per step | forward ms per step | sampling and delivery ms | other ms |")
+            print("|---:|---:|---:|---:|---:|---:|")
+            for conc, s in splits:
+                print("| %d | %d | %.1f | %.2f | %.2f | %.2f |" % (conc, s["steps"], s["rows_per_step"], s["forward_ms"],
+                                                               s["sample_ms"], s["other_ms"]))
     finally:
         if server:
             rc = server.stop()

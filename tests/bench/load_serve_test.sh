@@ -2,7 +2,8 @@
 # load_serve_test.sh NUMALLM SRC_DIR WORKDIR: tests/bench/load_serve.py briefly against numallm
 # serve on a tiny qwen2 model (levels 1 and 4 clients, 3 s each), then checks its figures are
 # sane: no errors, every level completed requests, the output tokens counted are requests x the
-# output length, TTFT and TPOT present and positive, and the JSON agrees with the markdown table.
+# output length, TTFT and TPOT present and positive, the JSON agrees with the markdown table, and
+# the server's step counters (/metrics) give each level its steps, rows and times.
 # The figures themselves are not asserted (timings are not tests). Skipped (77) without the
 # shared tokenizer data or a numallm built with serve.
 set -u
@@ -28,8 +29,10 @@ import json
 d = json.load(open("load.json"))
 rows = d["rows"]
 assert [r["concurrency"] for r in rows] == [1, 4], rows
-table = [l for l in open("table.md") if l.startswith("| ") and l[2].isdigit()]
-assert len(table) == len(rows), table
+lines = [l for l in open("table.md") if l.startswith("| ") and l[2].isdigit()]
+table = [l for l in lines if l.count("|") == 10]  # the levels; then the server's steps (7 |)
+split = [l for l in lines if l.count("|") == 7]
+assert len(table) == len(rows) and len(split) == len(rows), lines
 for r, line in zip(rows, table):
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     assert r["errors"] == 0, r
@@ -42,6 +45,9 @@ for r, line in zip(rows, table):
     assert r["ttft_ms_p99"] < r["wall_s"] * 1e3 + 120e3, r
     assert cells[:3] == [str(r["concurrency"]), str(r["requests"]), "0"], (cells, r)
     assert abs(float(cells[4]) - r["output_tokens_per_s"]) <= 0.05 + 1e-3 * r["output_tokens_per_s"], (cells, r)
+    s = r["steps"]  # the server's step counters around the level
+    assert s and s["steps"] > 0 and s["rows_per_step"] >= 1 and s["forward_ms"] > 0 and s["sample_ms"] >= 0, r
+    assert s["forward_ms"] + s["sample_ms"] <= r["wall_s"] * 1e3 / s["steps"] + 1e-6, r
     print("level %d: %d requests, %d output tokens = %d x 16, 0 errors" % (r["concurrency"], r["requests"],
                                                                          r["output_tokens"], r["requests"]))
 PY

@@ -316,13 +316,14 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
     for (int64_t i = 0; i < 2048 * E; i++) h[i] = 0.5f * krng_normal(&r);
     int32_t id;
     float val;
+    const struct stage_topk last = {.row = -1, .k = 1}; /* greedy on the last row */
     /* pp512 x 3 (first is warm-up) */
     double pp = 0;
     for (int rep = 0; rep < 3; rep++) {
         gpu_stage_truncate(s, 0);
         t0 = nm_time_s();
         gpu_stage_eval(s, h, 512, 0, false, NULL, err, sizeof err);
-        gpu_stage_topk(s, 1, NULL, 0, 1.0f, &id, &val, err, sizeof err);
+        gpu_stage_topk(s, 1, &last, &id, &val, err, sizeof err);
         if (rep) pp += nm_time_s() - t0;
     }
     pp /= 2;
@@ -334,7 +335,7 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
     t0 = nm_time_s();
     for (int i = 0; i < n_tg; i++) {
         gpu_stage_eval(s, h + (int64_t)((20 + i) % 512) * E, 1, 20 + i, false, NULL, err, sizeof err);
-        gpu_stage_topk(s, 1, NULL, 0, 1.0f, &id, &val, err, sizeof err);
+        gpu_stage_topk(s, 1, &last, &id, &val, err, sizeof err);
     }
     const double tg = (nm_time_s() - t0) / n_tg;
     const double wb = (double)gpu_stage_weight_bytes_uploaded(s);
@@ -372,11 +373,17 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
            "the host\n| B | ms per step | rows/s | vs B=1 |\n|---:|---:|---:|---:|\n",
            preset_name, type_name, PROMPT);
     double rate1 = 0;
+    /* NM_BENCH_PROFILE_B=B: the timed steps of B rows are the profiler's range (cuk_profile) */
+    const char *pb = getenv("NM_BENCH_PROFILE_B");
+    const int profile_b = pb ? atoi(pb) : 0;
     for (int B = 1; B <= MAX_B; B *= 2) {
         for (int q = 0; q < B; q++) gpu_stage_seq_keep(s, q, PROMPT);
         double ts = 0;
         for (int step = 0; step < WARM + STEPS; step++) {
-            if (step == WARM) ts = nm_time_s();
+            if (step == WARM) {
+                if (B == profile_b) cuk_profile(true);
+                ts = nm_time_s();
+            }
             for (int q = 0; q < B; q++) {
                 seq[q] = q;
                 pos[q] = PROMPT + step;
@@ -389,6 +396,7 @@ static int bench_stage(const char *preset_name, const char *type_name, const cha
             }
         }
         const double step_s = (nm_time_s() - ts) / STEPS, rate = B / step_s;
+        if (B == profile_b) cuk_profile(false);
         if (B == 1) rate1 = rate;
         printf("| %d | %.2f | %.0f | %.2fx |\n", B, step_s * 1e3, rate, rate / rate1);
     }

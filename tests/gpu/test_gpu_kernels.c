@@ -1001,56 +1001,67 @@ static int cmp_cand(const void *a, const void *b) {
     return x->id - y->id;
 }
 
+/* cuk_topk over rows of a logits matrix (ld > n: rows apart by more than their length), 20
+ * rows (two rounds of CUK_TOPK_ROWS) in one call, each with its own k and penalty, every row
+ * against a full sort of its values. */
 static void test_topk(krng *r) {
     const int64_t ns[] = {151936, 1000, 4096};
+    enum { R = 20, NPEN = 70 };
     for (size_t ni = 0; ni < NM_ARRAY_LEN(ns); ni++) {
-        const int64_t n = ns[ni];
-        float *l = malloc(n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) l[i] = (float)krng_int(r, 2000) / 100.0f - 10.0f; /* many ties */
-        float *dl = dev_from(l, n * sizeof(float));
+        const int64_t n = ns[ni], ld = n + 3;
+        float *l = malloc((size_t)(R * ld) * sizeof(float));
+        for (int64_t i = 0; i < R * ld; i++) l[i] = (float)krng_int(r, 2000) / 100.0f - 10.0f; /* many ties */
+        float *dl = dev_from(l, (size_t)(R * ld) * sizeof(float));
         void *scratch = cuk_malloc(g_ctx, cuk_topk_scratch_bytes(n), "topk", NULL, 0);
-        int32_t pen[70];
-        for (int i = 0; i < 70; i++) pen[i] = i < 10 ? pen[0] : (int32_t)krng_int(r, (int)n); /* repeats count once */
-        pen[0] = 5;
+        int32_t pen[NPEN];
+        for (int i = 0; i < NPEN; i++) pen[i] = i < 10 ? 5 : (int32_t)krng_int(r, (int)n); /* repeats count once */
         const int ks[] = {1, 40, 1000};
-        for (int pi = 0; pi < 2; pi++)
-            for (size_t ki = 0; ki < NM_ARRAY_LEN(ks); ki++) {
-                const int k = ks[ki];
-                if (k > n) continue;
-                const float penalty = pi ? 1.3f : 1.0f;
-                struct cand *c = malloc(n * sizeof *c);
-                for (int64_t i = 0; i < n; i++) c[i] = (struct cand){(int32_t)i, l[i]};
-                if (pi) {
-                    bool *done = calloc(n, 1);
-                    for (int i = 0; i < 70; i++) {
-                        if (done[pen[i]]) continue;
-                        done[pen[i]] = true;
-                        c[pen[i]].v = c[pen[i]].v > 0 ? c[pen[i]].v / penalty : c[pen[i]].v * penalty;
-                    }
-                    free(done);
-                }
-                qsort(c, n, sizeof *c, cmp_cand);
-                int32_t ids[1000];
-                float vals[1000];
-                cuk_topk(g_ctx, dl, n, k, pen, pi ? 70 : 0, penalty, scratch, ids, vals);
-                for (int j = 0; j < k; j++)
-                    if (ids[j] != c[j].id || vals[j] != c[j].v) {
-                        ktest_fail("topk n=%lld k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)", (long long)n, k,
-                                   (double)penalty, j, ids[j], (double)vals[j], c[j].id, (double)c[j].v);
-                        break;
-                    }
-                free(c);
+        struct cuk_topk_row q[R];
+        int64_t total = 0;
+        for (int i = 0; i < R; i++) {
+            /* rows in another order than their places, one row twice */
+            const int k = (int)NM_MIN(ks[i % 3], n);
+            q[i] = (struct cuk_topk_row){.row = i == R - 1 ? 2 : (i * 7) % (R - 1), .k = k, .n_pen = (i / 3) % 2 ? NPEN : 0,
+                                         .pen_ids = pen, .penalty = (i / 3) % 2 ? 1.3f : 1.0f};
+            total += k;
+        }
+        int32_t *ids = malloc((size_t)total * sizeof *ids);
+        float *vals = malloc((size_t)total * sizeof *vals);
+        cuk_topk(g_ctx, dl, ld, n, q, R, scratch, ids, vals);
+        struct cand *c = malloc(n * sizeof *c);
+        bool *done = malloc(n);
+        for (int i = 0, at = 0; i < R; at += q[i].k, i++) {
+            const float *row = l + q[i].row * ld;
+            for (int64_t j = 0; j < n; j++) c[j] = (struct cand){(int32_t)j, row[j]};
+            memset(done, 0, n);
+            for (int j = 0; j < q[i].n_pen; j++) {
+                if (done[pen[j]]) continue;
+                done[pen[j]] = true;
+                c[pen[j]].v = c[pen[j]].v > 0 ? c[pen[j]].v / q[i].penalty : c[pen[j]].v * q[i].penalty;
             }
+            qsort(c, n, sizeof *c, cmp_cand);
+            for (int j = 0; j < q[i].k; j++)
+                if (ids[at + j] != c[j].id || vals[at + j] != c[j].v) {
+                    ktest_fail("topk n=%lld row %d (request %d) k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)",
+                               (long long)n, (int)q[i].row, i, q[i].k, (double)q[i].penalty, j, ids[at + j],
+                               (double)vals[at + j], c[j].id, (double)c[j].v);
+                    break;
+                }
+        }
+        free(c);
+        free(done);
+        free(ids);
+        free(vals);
         /* The device logits are not modified by the penalty. */
-        float *back = malloc(n * sizeof(float));
-        to_host(back, dl, n * sizeof(float));
-        if (memcmp(back, l, n * sizeof(float)) != 0) ktest_fail("topk n=%lld: modified the logits", (long long)n);
+        float *back = malloc((size_t)(R * ld) * sizeof(float));
+        to_host(back, dl, (size_t)(R * ld) * sizeof(float));
+        if (memcmp(back, l, (size_t)(R * ld) * sizeof(float)) != 0) ktest_fail("topk n=%lld: modified the logits", (long long)n);
         free(back);
         cuk_free(dl);
         cuk_free(scratch);
         free(l);
     }
-    printf("topk: checked against a full sort\n");
+    printf("topk: %d rows a call, checked against a full sort\n", (int)R);
 }
 
 int main(int argc, char **argv) {

@@ -61,6 +61,33 @@ static void compare_layer(void *ctx, int layer, int64_t pos0, const float *x, in
     }
 }
 
+/* Whether ids/vals, a row's top-k from the stage, are the host's k best of l[V] after q's
+ * repetition penalty (each distinct token once), in order; why says where they differ. */
+static bool topk_matches(const float *l, int64_t V, const struct stage_topk *q, const int32_t *ids, const float *vals,
+                         char *why, size_t len) {
+    float *pl = malloc((size_t)V * sizeof(float));
+    bool *done = calloc((size_t)V, 1);
+    memcpy(pl, l, (size_t)V * sizeof(float));
+    for (int i = 0; q->penalty != 1.0f && i < q->n_tokens; i++) {
+        const int32_t t = q->tokens[i];
+        if (done[t]) continue;
+        done[t] = true;
+        pl[t] = pl[t] > 0 ? pl[t] / q->penalty : pl[t] * q->penalty;
+    }
+    bool ok = true;
+    for (int j = 0; ok && j < q->k; j++) {
+        const int32_t b = gtest_argmax(pl, V);
+        if (ids[j] != b || vals[j] != pl[b]) {
+            snprintf(why, len, "[%d] = (%d, %g), host (%d, %g)", j, ids[j], (double)vals[j], b, (double)pl[b]);
+            ok = false;
+        }
+        pl[b] = -INFINITY;
+    }
+    free(pl);
+    free(done);
+    return ok;
+}
+
 /* Sums of the multi-sequence check: squared differences from the CPU's logits and squared CPU
  * logits over all rows (rel L2 as gtest_rel_l2 over the whole run), and the worst row. */
 struct mseq {
@@ -81,7 +108,32 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
     char err[512];
     const struct stage_batch b = {.n = n, .hidden = hid, .seq = seq, .pos = pos, .logits = ask};
     if (gpu_stage_eval_batch(s, &b, lg, err, sizeof err)) FAIL("multi-sequence batch: %s", err);
-    else
+    else {
+        /* Every kept row's candidates in one call (greedy, and top-5 with the repetition penalty
+         * over the row's sequence's positions as tokens, alternately), against the host's of the
+         * same logits: the rows of the batch's last chunk of n_batch (20) rows are kept. */
+        const int first = (n - 1) / 20 * 20, nk = n - first;
+        struct stage_topk q[20];
+        int32_t toks[8], ids[20 * 5];
+        float vals[20 * 5];
+        for (int t = 0; t < 8; t++) toks[t] = (int32_t)(t * 7 % V);
+        for (int j = 0; j < nk; j++)
+            q[j] = (struct stage_topk){.row = first + j, .k = j % 2 ? 5 : 1, .n_tokens = j % 2 ? 8 : 0,
+                                       .tokens = toks, .penalty = 1.3f};
+        if (gpu_stage_topk(s, nk, q, ids, vals, err, sizeof err)) FAIL("top-k of %d rows: %s", nk, err);
+        else
+            for (int j = 0, at = 0; j < nk; at += q[j].k, j++) {
+                char why[256];
+                if (!topk_matches(lg + (int64_t)(first + j) * V, V, &q[j], ids + at, vals + at, why, sizeof why)) {
+                    FAIL("top-k of row %d of a batch of %d: %s", first + j, n, why);
+                    break;
+                }
+            }
+        /* a row of an earlier chunk is no longer on the device: a clear error */
+        const struct stage_topk gone = {.row = 0, .k = 1};
+        if (first > 0 && (gpu_stage_topk(s, 1, &gone, ids, vals, err, sizeof err) != NM_ERR_ARGS ||
+                          !strstr(err, "not kept")))
+            FAIL("top-k of a row of an earlier chunk: %s", err);
         for (int i = 0; i < n; i++) {
             const float *g = lg + i * V, *w = cpu + pos[i] * V;
             for (int64_t v = 0; v < V; v++) {
@@ -91,6 +143,7 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
             acc->worst_row = fmax(acc->worst_row, gtest_rel_l2(g, w, V));
             acc->rows++;
         }
+    }
     free(hid);
     free(lg);
     free(ask);
@@ -287,7 +340,8 @@ int main(int argc, char **argv) {
             /* greedy token from the GPU's logits for this step, on the device */
             int32_t id;
             float val;
-            gpu_stage_topk(s, 1, NULL, 0, 1.0f, &id, &val, err, sizeof err);
+            const struct stage_topk last = {.row = -1, .k = 1};
+            gpu_stage_topk(s, 1, &last, &id, &val, err, sizeof err);
             if (id != gtest_argmax(gl, V)) FAIL("layer_first=%lld step %d: device argmax %d, host argmax of the same logits %d",
                                                 (long long)lf, g, id, gtest_argmax(gl, V));
             const int32_t want = tokens[n_prompt + g];
@@ -315,32 +369,14 @@ int main(int argc, char **argv) {
 
         /* top-k 40 with the repetition penalty, against the host's sort of the same logits */
         {
-            const float *gl = gpu_logits + (rows - 1) * V;
-            const int k = (int)NM_MIN(40, V);
             int32_t ids[40];
             float vals[40];
-            const float pen = 1.3f;
-            gpu_stage_topk(s, k, tokens, (int)n_pos, pen, ids, vals, err, sizeof err);
-            float *pl = malloc((size_t)V * sizeof(float));
-            memcpy(pl, gl, (size_t)V * sizeof(float));
-            bool *done = calloc((size_t)V, 1);
-            for (int64_t i = 0; i < n_pos; i++) {
-                const int32_t t = tokens[i];
-                if (done[t]) continue;
-                done[t] = true;
-                pl[t] = pl[t] > 0 ? pl[t] / pen : pl[t] * pen;
-            }
-            for (int j = 0; j < k; j++) {
-                const int32_t b = gtest_argmax(pl, V);
-                if (ids[j] != b || vals[j] != pl[b]) {
-                    FAIL("layer_first=%lld: top-k [%d] = (%d, %g), host (%d, %g)", (long long)lf, j, ids[j], (double)vals[j],
-                         b, (double)pl[b]);
-                    break;
-                }
-                pl[b] = -INFINITY;
-            }
-            free(pl);
-            free(done);
+            const struct stage_topk last = {
+                .row = -1, .k = (int)NM_MIN(40, V), .n_tokens = (int)n_pos, .tokens = tokens, .penalty = 1.3f};
+            char why[256];
+            if (gpu_stage_topk(s, 1, &last, ids, vals, err, sizeof err)) FAIL("top-k: %s", err);
+            else if (!topk_matches(gpu_logits + (rows - 1) * V, V, &last, ids, vals, why, sizeof why))
+                FAIL("layer_first=%lld: top-k 40 with the repetition penalty: %s", (long long)lf, why);
         }
         /* Not for an MoE model with quantized weights: its batches of other sizes round the
          * router's inputs differently from the CPU's (f16 prompt tiles, int8 GEMV), and a router
