@@ -387,6 +387,38 @@ template <> struct QV<DTYPE_Q8_0> : QV32<QV<DTYPE_Q8_0>, S_d> {
     }
 };
 
+/* Q5_0 / Q5_1 (the fallbacks of the K mixes for rows that are not a multiple of 256, as in
+ * Qwen2.5's): block d (and m), 32 high bits, 16 bytes of nibbles; code i = nibble | bit i << 4.
+ * Written out here rather than through the block decoder interface (QB, whole sub-blocks) so that
+ * the tensor-core kernel gets their words as it gets Q4_0's. */
+__device__ __forceinline__ int bits4_to_bytes(uint32_t h) { /* bits 0..3 of h to bit 4 of bytes 0..3 */
+    return (int)(((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25));
+}
+template <int T, int BB_, int QH, class S> struct QV_5 : QV32<QV<T>, S> {
+    static constexpr int UPB = 1, BB = BB_;
+    static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
+        const uint8_t *blk = row + (size_t)u * BB;
+        const uint32_t x = ld32_a2(blk + QH + 4 + 4 * t), qh = ld32_a2(blk + QH);
+        *lo = nib_lo(x) | bits4_to_bytes(qh >> (4 * t));
+        *hi = nib_hi(x) | bits4_to_bytes(qh >> (16 + 4 * t));
+    }
+};
+template <> struct QV<DTYPE_Q5_0> : QV_5<DTYPE_Q5_0, 22, 2, S_d> {
+    static __device__ __forceinline__ S_d scal(const uint8_t *row, int u) { return S_d{h2f(ld16(row + (size_t)u * 22))}; }
+    static __device__ __forceinline__ float step(const S_d &s, int sum, cuk_q8s a) {
+        return s.d * a.d * (float)(sum - 16 * a.isum);
+    }
+};
+template <> struct QV<DTYPE_Q5_1> : QV_5<DTYPE_Q5_1, 24, 4, S_dm> {
+    static __device__ __forceinline__ S_dm scal(const uint8_t *row, int u) {
+        const uint32_t dm = ld32_a2(row + (size_t)u * 24);
+        return S_dm{h2f((uint16_t)(dm & 0xFFFF)), h2f((uint16_t)(dm >> 16))};
+    }
+    static __device__ __forceinline__ float step(const S_dm &s, int sum, cuk_q8s a) {
+        return s.d * a.d * (float)sum + s.m * a.d * (float)a.isum;
+    }
+};
+
 /* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u; its
  * codes are the low (j even) or high nibbles of 32 bytes, plus bit j of 32 more for Q5_K. */
 struct S_k {
@@ -826,8 +858,15 @@ template <class F> void with_qt(enum dtype t, F &&f) {
     }
 }
 
-/* f(q) with q the integer decoder (QV) of type t, as with_qt. */
+template <class F> bool with_qv32(enum dtype t, F &&f);
+
+/* f(q) with q the integer decoder (QV) of type t, as with_qt; Q5_0 and Q5_1 have theirs
+ * written out (QV_5), the other block types take the block decoder interface. */
 template <class F> void with_qv(enum dtype t, F &&f) {
+    if (t == DTYPE_Q5_0 || t == DTYPE_Q5_1) {
+        with_qv32(t, f);
+        return;
+    }
     switch (t) {
     case DTYPE_Q4_0: f(QV<DTYPE_Q4_0>()); break;
     case DTYPE_Q4_1: f(QV<DTYPE_Q4_1>()); break;
@@ -849,6 +888,8 @@ template <class F> bool with_qv32(enum dtype t, F &&f) {
     case DTYPE_Q8_0: f(QV<DTYPE_Q8_0>()); return true;
     case DTYPE_Q4_K: f(QV<DTYPE_Q4_K>()); return true;
     case DTYPE_Q5_K: f(QV<DTYPE_Q5_K>()); return true;
+    case DTYPE_Q5_0: f(QV<DTYPE_Q5_0>()); return true;
+    case DTYPE_Q5_1: f(QV<DTYPE_Q5_1>()); return true;
     default: return false;
     }
 }

@@ -592,7 +592,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                     (long long)n_ctx, (long long)nl, s->kv_type == DTYPE_F16 ? "f16" : "f32",
                     (double)s->kv_bytes / (1 << 20), s->n_seq, (long long)s->n_ctx_seq, s->n_batch);
     nm_log_info("GPU: decode (steps of up to %d rows): block-quantized weights on int8 activations (dp4a GEMV; "
-                "from %d rows of Q4_0/Q4_1/Q8_0/Q4_K/Q5_K int8 tensor cores, and prompt chunks of up to %d rows%s), "
+                "from %d rows of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K int8 tensor cores, and prompt chunks of up to %d rows%s), "
                 "fused norm/rope/KV/residual kernels, %s, %s",
                 CUK_GEMV_MAX_ROWS, CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
                 cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
