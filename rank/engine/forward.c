@@ -397,8 +397,8 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
 }
 
 bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking) {
-    /* the stage keeps the asked rows' logits when they and the batch's last row fit its kept rows */
-    if (!e->m->head_remote || n_asking >= PIPELINE_KEPT_ROWS) return false;
+    /* the stage keeps the logits of up to PIPELINE_KEPT_ROWS asked rows (a batch is one chunk) */
+    if (!e->m->head_remote || n_asking > PIPELINE_KEPT_ROWS) return false;
     for (int i = 0; i < n; i++)
         if (sampler_candidates_needed(smp[i], ENGINE_STAGE_MAX_K) < 1) return false;
     return true;

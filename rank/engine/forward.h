@@ -105,7 +105,7 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
  * them and that batch's n_asking rows, the GPU stage makes every row's candidates in one round
  * trip and engine_eval_batch may have been given logits = NULL; otherwise local is the logits it
  * filled, [rows asking][vocab_local]. engine_rows_on_stage: the head is on the GPU rank, every
- * sampler needs only its top k, and the stage keeps the rows (fewer than PIPELINE_KEPT_ROWS ask). */
+ * sampler needs only its top k, and the stage keeps the rows (at most PIPELINE_KEPT_ROWS ask). */
 bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking);
 void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,
                         int32_t *tokens);

@@ -79,7 +79,7 @@ struct gpu_stage {
     const float *last_logits;
     /* rows of logits kept for top-k: asked rows held_ask0 .. held_ask0 + held_n - 1 of the last
      * evaluation are rows held_dev[..] of logits */
-    int held_ask0, held_n, held_dev[PIPELINE_KEPT_ROWS];
+    int held_ask0, held_n, held_dev[PIPELINE_KEPT_ROWS + 1];
     void *topk_scratch;
     float *pin_in, *pin_out; /* page-locked staging: [n_batch][n_embd], [logit_rows][n_vocab] */
 
@@ -474,7 +474,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->v_row = vd;
     s->kv_bytes = (uint64_t)nl * (uint64_t)n_ctx * (uint64_t)(kd + vd) * es;
     const int64_t nu = s->n_expert_used, ff_rows = NM_MAX(c->n_ff, nu * s->n_ff_exp);
-    s->logit_rows = (int)NM_MIN(B, PIPELINE_KEPT_ROWS);
+    s->logit_rows = (int)NM_MIN(B, PIPELINE_KEPT_ROWS + 1); /* the rows that ask, and the last row */
     const int64_t max_k = NM_MAX(NM_MAX(E, ad), NM_MAX(c->n_ff, s->n_ff_exp));
     const size_t tile_bytes = (size_t)NM_MAX((int64_t)64 << 20, max_k * 2 * 64);
     const uint64_t scratch = sizeof(float) * (uint64_t)(B * (3 * E + qd + kd + vd + ad + 2 * ff_rows) +

@@ -36,8 +36,9 @@ struct stage_batch {
 };
 
 /* Rows of logits the stage keeps on the device after an evaluation, for top-k: those of the
- * rows that asked in the batch's last chunk (n_batch rows), up to this many (the last ones). */
-#define PIPELINE_KEPT_ROWS 32
+ * rows that asked in the batch's last chunk (n_batch rows), up to this many (the last ones), and
+ * the chunk's last row. 64: a decode step of -np 64 slots. */
+#define PIPELINE_KEPT_ROWS 64
 
 /* One row's candidates from the stage (gpu_stage_topk): the k best (id, logit) of row `row` of
  * the last evaluation (its index among the rows that asked, as in eval's logits; -1: the last
