@@ -858,15 +858,24 @@ template <class F> void with_qt(enum dtype t, F &&f) {
     }
 }
 
-template <class F> bool with_qv32(enum dtype t, F &&f);
+/* The integer decoder of block type T (decoder D): the block decoder interface's, but for the
+ * types written out here (QV_5). */
+template <int T, class D> struct qv_block {
+    static QB<D> make() { return qb_make<D>((enum dtype)T); }
+};
+template <class D> struct qv_block<DTYPE_Q5_0, D> {
+    static QV<DTYPE_Q5_0> make() { return {}; }
+};
+template <class D> struct qv_block<DTYPE_Q5_1, D> {
+    static QV<DTYPE_Q5_1> make() { return {}; }
+};
+#define QV_BLOCK_CASE(T, t)                           \
+    case DTYPE_##T:                                   \
+        f(qv_block<DTYPE_##T, dec_##t>::make());      \
+        break;
 
-/* f(q) with q the integer decoder (QV) of type t, as with_qt; Q5_0 and Q5_1 have theirs
- * written out (QV_5), the other block types take the block decoder interface. */
+/* f(q) with q the integer decoder (QV) of type t, as with_qt. */
 template <class F> void with_qv(enum dtype t, F &&f) {
-    if (t == DTYPE_Q5_0 || t == DTYPE_Q5_1) {
-        with_qv32(t, f);
-        return;
-    }
     switch (t) {
     case DTYPE_Q4_0: f(QV<DTYPE_Q4_0>()); break;
     case DTYPE_Q4_1: f(QV<DTYPE_Q4_1>()); break;
@@ -874,7 +883,7 @@ template <class F> void with_qv(enum dtype t, F &&f) {
     case DTYPE_Q4_K: f(QV<DTYPE_Q4_K>()); break;
     case DTYPE_Q5_K: f(QV<DTYPE_Q5_K>()); break;
     case DTYPE_Q6_K: f(QV<DTYPE_Q6_K>()); break;
-        BLOCK_TYPES(QB_CASE)
+        BLOCK_TYPES(QV_BLOCK_CASE)
     default: nm_fatal("cuk_gemv_q8: weight type %d has no int8 GEMV (a caller did not check cuk_gemv_q8_supported)",
                       (int)t);
     }

@@ -218,8 +218,11 @@ static enum MHD_Result metrics(struct serve_sched *sc, struct MHD_Connection *c)
     NM_ASSERT(b);
     int n = 0;
 #define METRIC(name, type, help, fmt, v)                                                                        \
-    if (n < CAP) n += snprintf(b + n, CAP - (size_t)n, "# HELP numallm_" name " " help "\n# TYPE numallm_" name " " type "\n" \
-                  "numallm_" name " " fmt "\n", v)
+    do {                                                                                                         \
+        if (n < CAP)                                                                                             \
+            n += snprintf(b + n, CAP - (size_t)n, "# HELP numallm_" name " " help "\n# TYPE numallm_" name " " type \
+                          "\n" "numallm_" name " " fmt "\n", v);                                                 \
+    } while (0)
     METRIC("requests_total", "counter", "Requests accepted.", "%llu", (unsigned long long)m.requests_total);
     METRIC("requests_cancelled_total", "counter", "Requests whose client went away.", "%llu",
            (unsigned long long)m.requests_cancelled);

@@ -612,7 +612,7 @@ void serve_sched_run(struct serve_sched *sc) {
         if (engine_eval_batch(sc->e, &b, on_stage ? NULL : sc->logits, err, sizeof err))
             nm_fatal("serve: %s", err); /* a bug */
         const double t1 = nm_time_s();
-        engine_sample_rows(sc->e, st->smp, st->out, ns, sc->logits, st->tok);
+        engine_sample_rows(sc->e, st->smp, st->out, ns, on_stage ? NULL : sc->logits, st->tok);
         for (int i = 0; i < ns; i++) {
             struct slot *sl = &sc->slots[st->samples[i].slot];
             const int32_t tok = st->tok[i];

@@ -406,6 +406,7 @@ bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, in
 
 void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,
                         int32_t *tokens) {
+    if (n < 1) return; /* (a step of prompt rows only: nothing to ask the stage) */
     if (engine_rows_on_stage(e, smp, n, e->last_asking)) {
         stage_sample(e, smp, rows, n, tokens);
         return;

@@ -474,7 +474,9 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     s->v_row = vd;
     s->kv_bytes = (uint64_t)nl * (uint64_t)n_ctx * (uint64_t)(kd + vd) * es;
     const int64_t nu = s->n_expert_used, ff_rows = NM_MAX(c->n_ff, nu * s->n_ff_exp);
-    s->logit_rows = (int)NM_MIN(B, PIPELINE_KEPT_ROWS + 1); /* the rows that ask, and the last row */
+    /* the rows that ask, and the last row; a head of more than CUK_MMQ_MAX_ROWS rows takes the
+     * prompt matmul (cuBLAS on the f16 copy), as any matmul of that many rows */
+    s->logit_rows = (int)NM_MIN(B, PIPELINE_KEPT_ROWS + 1);
     const int64_t max_k = NM_MAX(NM_MAX(E, ad), NM_MAX(c->n_ff, s->n_ff_exp));
     const size_t tile_bytes = (size_t)NM_MAX((int64_t)64 << 20, max_k * 2 * 64);
     const uint64_t scratch = sizeof(float) * (uint64_t)(B * (3 * E + qd + kd + vd + ad + 2 * ff_rows) +
@@ -1105,6 +1107,10 @@ enum nm_status gpu_stage_topk(struct gpu_stage *s, int n, const struct stage_top
                            (long long)kmax);
         }
         int64_t row = (s->last_logits - s->logits) / V;
+        if (q[i].row < -1) {
+            free(r);
+            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k of row %d (rows are -1 and up)", q[i].row);
+        }
         if (q[i].row >= 0) {
             const int j = q[i].row - s->held_ask0;
             if (j < 0 || j >= s->held_n) {

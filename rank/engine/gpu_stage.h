@@ -89,8 +89,8 @@ void gpu_stage_free(struct gpu_stage *s);
 /* Evaluate a batch of rows (pipeline.h's stage_batch: hidden states [n][n_embd] f32 on the host,
  * each row's sequence and position) through the stage's layers, then output_norm and the head for
  * the rows that ask. logits (host), when not NULL, receives [rows asking][n_vocab] in row order;
- * the logits of the last chunk's rows that ask (up to PIPELINE_KEPT_ROWS of them, the last) and
- * of the last row, asking or not, stay on the device for gpu_stage_topk. Any n
+ * the logits of the last chunk's rows that ask (all of them when at most PIPELINE_KEPT_ROWS do:
+ * pipeline.h) and of the last row, asking or not, stay on the device for gpu_stage_topk. Any n
  * works: chunks of n_batch run one after the other. NM_ERR_ARGS, naming the row, with no state
  * change, when a sequence id, a position (each sequence's rows adjacent, continuing it:
  * gpu_stage_seq_pos) or a context limit is wrong. */

@@ -127,6 +127,7 @@ struct pipe_topk {
 static enum nm_status remote_topk(void *ctx, int n, const struct stage_topk *q, int32_t *ids, float *vals, char *err,
                                   size_t errlen) {
     struct remote *r = ctx;
+    if (n < 1) return NM_OK;
     struct pipe_topk *w = malloc((size_t)NM_MAX(n, 1) * sizeof *w);
     NM_ASSERT(w);
     int64_t n_tok = 0, n_cand = 0;

@@ -35,9 +35,10 @@ struct stage_batch {
     const bool *logits;
 };
 
-/* Rows of logits the stage keeps on the device after an evaluation, for top-k: those of the
- * rows that asked in the batch's last chunk (n_batch rows), up to this many (the last ones), and
- * the chunk's last row. 64: a decode step of -np 64 slots. */
+/* Rows of logits the stage keeps on the device after an evaluation, for top-k: the rows that
+ * asked in the batch's last chunk (n_batch rows) when at most this many did, and the chunk's last
+ * row (more: only the last of the head's groups of PIPELINE_KEPT_ROWS + 1 rows). 64: a decode
+ * step of -np 64 slots. */
 #define PIPELINE_KEPT_ROWS 64
 
 /* One row's candidates from the stage (gpu_stage_topk): the k best (id, logit) of row `row` of
