@@ -607,12 +607,11 @@ void serve_sched_run(struct serve_sched *sc) {
             st->out[i] = st->samples[i].out;
         }
         /* with the head on the GPU and samplers that need only their top k, the logits stay there */
-        const bool on_stage = engine_rows_on_stage(sc->e, st->smp, ns, ns);
+        float *logits = engine_rows_on_stage(sc->e, st->smp, ns, ns) ? NULL : sc->logits;
         const double t0 = nm_time_s();
-        if (engine_eval_batch(sc->e, &b, on_stage ? NULL : sc->logits, err, sizeof err))
-            nm_fatal("serve: %s", err); /* a bug */
+        if (engine_eval_batch(sc->e, &b, logits, err, sizeof err)) nm_fatal("serve: %s", err); /* a bug */
         const double t1 = nm_time_s();
-        engine_sample_rows(sc->e, st->smp, st->out, ns, on_stage ? NULL : sc->logits, st->tok);
+        engine_sample_rows(sc->e, st->smp, st->out, ns, logits, st->tok);
         for (int i = 0; i < ns; i++) {
             struct slot *sl = &sc->slots[st->samples[i].slot];
             const int32_t tok = st->tok[i];

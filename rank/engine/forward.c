@@ -350,9 +350,14 @@ void engine_free(struct engine *e) {
 /* gpu_stage_topk's limit on k. */
 #define ENGINE_STAGE_MAX_K 1024
 
+/* Whether the GPU stage can make smp's candidates: the head is there and smp needs only its top k. */
+static bool stage_takes(const struct engine *e, const struct sampler *smp) {
+    return e->m->head_remote && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
+}
+
 bool engine_samples_on_stage(const struct engine *e, const struct sampler *smp) {
     /* the stage keeps the last row's logits: one sequence's next token */
-    return e->m->head_remote && e->n_seq == 1 && sampler_candidates_needed(smp, ENGINE_STAGE_MAX_K) > 0;
+    return e->n_seq == 1 && stage_takes(e, smp);
 }
 
 /* Rows' tokens from candidates the stage makes (rows as in stage_topk), collective. */
@@ -398,10 +403,10 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
 
 bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking) {
     /* the stage keeps the logits of up to PIPELINE_KEPT_ROWS asked rows (a batch is one chunk) */
-    if (!e->m->head_remote || n_asking > PIPELINE_KEPT_ROWS) return false;
+    if (n_asking > PIPELINE_KEPT_ROWS) return false;
     for (int i = 0; i < n; i++)
-        if (sampler_candidates_needed(smp[i], ENGINE_STAGE_MAX_K) < 1) return false;
-    return true;
+        if (!stage_takes(e, smp[i])) return false;
+    return e->m->head_remote;
 }
 
 void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,
@@ -919,8 +924,8 @@ static void eval_batch(struct engine *e, float *logits) {
 }
 
 /* The batch rules of forward.h, checked before anything changes. */
-static enum nm_status batch_check(struct engine *e, const struct engine_batch *b, float *logits, char *err,
-                                  size_t errlen) {
+static enum nm_status batch_check(struct engine *e, const struct engine_batch *b, float *logits, int *n_asking,
+                                  char *err, size_t errlen) {
     const int64_t n_vocab = e->m->cfg.n_vocab;
     if (b->n < 1 || b->n > e->n_batch)
         return nm_errf(err, errlen, NM_ERR_ARGS, "a batch of %d rows; allowed are 1..%d (the batch size)", b->n,
@@ -937,18 +942,19 @@ static enum nm_status batch_check(struct engine *e, const struct engine_batch *b
     if (st) return st;
     if (n_out > 0 && !logits && !e->m->head_remote) /* the stage may keep them (engine_sample) */
         return nm_errf(err, errlen, NM_ERR_ARGS, "%d rows ask for logits but no buffer was given", n_out);
+    *n_asking = n_out;
     return NM_OK;
 }
 
 enum nm_status engine_eval_batch(struct engine *e, const struct engine_batch *b, float *logits, char *err,
                                  size_t errlen) {
-    enum nm_status st = batch_check(e, b, logits, err, errlen);
+    int n_asking = 0;
+    enum nm_status st = batch_check(e, b, logits, &n_asking, err, errlen);
     if (st) return st;
     e->b = b;
     eval_batch(e, logits);
     e->b = NULL;
-    e->last_asking = 0;
-    for (int i = 0; i < b->n; i++) e->last_asking += b->logits[i];
+    e->last_asking = n_asking;
     for (int i = 0; i < b->n; i++) e->seq_pos[b->seq[i]] = b->pos[i] + 1;
     return NM_OK;
 }

@@ -1097,34 +1097,26 @@ enum nm_status gpu_stage_topk(struct gpu_stage *s, int n, const struct stage_top
                               char *err, size_t errlen) {
     if (!s->last_logits) return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k before any row was evaluated");
     const int64_t V = s->cfg.n_vocab, kmax = NM_MIN((int64_t)CUK_TOPK_MAX, V);
-    struct cuk_topk_row *r = malloc((size_t)NM_MAX(n, 1) * sizeof *r);
-    NM_ASSERT(r);
     for (int i = 0; i < n; i++) {
-        if (q[i].k < 1 || q[i].k > kmax) {
-            free(r);
+        const int j = q[i].row - s->held_ask0;
+        if (q[i].k < 1 || q[i].k > kmax)
             return nm_errf(err, errlen, NM_ERR_ARGS,
                            "GPU stage: top-k of %d; allowed are 1..%lld (larger: take the logits)", q[i].k,
                            (long long)kmax);
-        }
-        int64_t row = (s->last_logits - s->logits) / V;
-        if (q[i].row < -1) {
-            free(r);
-            return nm_errf(err, errlen, NM_ERR_ARGS, "GPU stage: top-k of row %d (rows are -1 and up)", q[i].row);
-        }
-        if (q[i].row >= 0) {
-            const int j = q[i].row - s->held_ask0;
-            if (j < 0 || j >= s->held_n) {
-                free(r);
-                return nm_errf(err, errlen, NM_ERR_ARGS,
-                               "GPU stage: the logits of row %d (of those that asked) are not kept on the device "
-                               "(kept: %d .. %d)", q[i].row, s->held_ask0, s->held_ask0 + s->held_n - 1);
-            }
-            row = s->held_dev[j];
-        }
-        r[i] = (struct cuk_topk_row){.row = row, .k = q[i].k, .n_pen = q[i].n_tokens, .pen_ids = q[i].tokens,
-                                     .penalty = q[i].penalty};
+        if (q[i].row < -1 || (q[i].row >= 0 && (j < 0 || j >= s->held_n)))
+            return nm_errf(err, errlen, NM_ERR_ARGS,
+                           "GPU stage: the logits of row %d (of those that asked; -1: the last row) are not kept on "
+                           "the device (kept: %d .. %d)", q[i].row, s->held_ask0, s->held_ask0 + s->held_n - 1);
     }
-    if (n > 0) cuk_topk(s->ctx, s->logits, V, V, r, n, s->topk_scratch, ids, vals);
+    if (n < 1) return NM_OK;
+    struct cuk_topk_row *r = malloc((size_t)n * sizeof *r);
+    NM_ASSERT(r);
+    for (int i = 0; i < n; i++)
+        r[i] = (struct cuk_topk_row){.row = q[i].row < 0 ? (s->last_logits - s->logits) / V
+                                                         : s->held_dev[q[i].row - s->held_ask0],
+                                     .k = q[i].k, .n_pen = q[i].n_tokens, .pen_ids = q[i].tokens,
+                                     .penalty = q[i].penalty};
+    cuk_topk(s->ctx, s->logits, V, V, r, n, s->topk_scratch, ids, vals);
     free(r);
     return NM_OK;
 }

@@ -128,7 +128,7 @@ static enum nm_status remote_topk(void *ctx, int n, const struct stage_topk *q, 
                                   size_t errlen) {
     struct remote *r = ctx;
     if (n < 1) return NM_OK;
-    struct pipe_topk *w = malloc((size_t)NM_MAX(n, 1) * sizeof *w);
+    struct pipe_topk *w = malloc((size_t)n * sizeof *w);
     NM_ASSERT(w);
     int64_t n_tok = 0, n_cand = 0;
     for (int i = 0; i < n; i++) {
@@ -148,7 +148,7 @@ static enum nm_status remote_topk(void *ctx, int n, const struct stage_topk *q, 
     free(tokens);
     enum nm_status st = recv_reply(r->world, r->peer, err, errlen);
     if (st) return st;
-    uint8_t *buf = malloc((size_t)NM_MAX(n_cand, 1) * 8);
+    uint8_t *buf = malloc((size_t)n_cand * 8);
     NM_ASSERT(buf);
     coll_recv(r->world, buf, (size_t)n_cand * 8, r->peer, PIPE_TAG_CANDS);
     memcpy(ids, buf, (size_t)n_cand * 4);
