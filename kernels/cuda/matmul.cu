@@ -422,19 +422,16 @@ template <> struct QV<DTYPE_Q5_1> : QV_5<DTYPE_Q5_1, 24, 4, S_dm> {
 /* Q4_K / Q5_K: unit u is sub-block j = u % 8 of super-block u / 8, which meets q8 block u; its
  * codes are the low (j even) or high nibbles of 32 bytes, plus bit j of 32 more for Q5_K. */
 struct S_k {
-    float d, dmin;
-    int sc, m;
+    float dsc, dmn; /* d * sc and dmin * m of the sub-block */
 };
 template <bool FIVE> struct QV_k45 : QV32<QV_k45<FIVE>, S_k> {
     static constexpr int UPB = 8, BB = FIVE ? 176 : 144;
     static __device__ __forceinline__ S_k scal(const uint8_t *row, int u) {
         const uint8_t *blk = row + (size_t)(u >> 3) * BB;
         const uint32_t dd = ld32(blk);
-        S_k s;
-        scale_min_k4(u & 7, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &s.sc, &s.m);
-        s.d = h2f((uint16_t)(dd & 0xFFFF));
-        s.dmin = h2f((uint16_t)(dd >> 16));
-        return s;
+        int sc, m;
+        scale_min_k4(u & 7, ld32(blk + 4), ld32(blk + 8), ld32(blk + 12), &sc, &m);
+        return S_k{h2f((uint16_t)(dd & 0xFFFF)) * (float)sc, h2f((uint16_t)(dd >> 16)) * (float)m};
     }
     static __device__ __forceinline__ void words(const uint8_t *row, int u, int t, int *lo, int *hi) {
         const int j = u & 7, shift = (j & 1) * 4;
@@ -447,8 +444,10 @@ template <bool FIVE> struct QV_k45 : QV32<QV_k45<FIVE>, S_k> {
         *lo = (int)l;
         *hi = (int)h;
     }
+    /* (the scales folded once per sub-block: 4 operations per product of the tensor-core
+     * kernel, and one conversion of isum for both weight rows, where d * (sc * sum) took 8) */
     static __device__ __forceinline__ float step(const S_k &s, int sum, cuk_q8s a) {
-        return a.d * (s.d * (float)(s.sc * sum) - s.dmin * (float)(s.m * a.isum));
+        return a.d * (s.dsc * (float)sum - s.dmn * (float)a.isum);
     }
     /* the GEMV's whole unit: the same codes as words(), from 16-byte loads (QV32's unit() issues
      * eight 4-byte loads: one row of the 8B layer, Q4_K, 73.1-73.5 us against 68.0, job 33) */
@@ -725,18 +724,30 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
     const int chunks = (units + MQ_CU - 1) / MQ_CU, per_warp = (chunks + MQ_WARPS - 1) / MQ_WARPS;
     const int c_first = warp * per_warp, n_items = NM_MAX(0, NM_MIN(chunks, c_first + per_warp) - c_first);
     uint8_t *buf = mq_stage + (size_t)warp * MQ_DEPTH * 16 * chunk_bytes;
-    const int full = MQ_CU / Q::UPB * Q::BB; /* bytes of a whole chunk of one row */
+    constexpr int FULL = MQ_CU / Q::UPB * Q::BB; /* bytes of a whole chunk of one row */
+    const int full = FULL;
     auto fetch = [&](int it) {
         if (it < n_items) {
             const int c = c_first + it, nu = NM_MIN(MQ_CU, units - c * MQ_CU);
             const int nbytes = (nu + Q::UPB - 1) / Q::UPB * Q::BB, v = nbytes % vec == 0 ? vec : 2;
-            const int per_row = nbytes / v;
             uint8_t *dst = buf + (it % MQ_DEPTH) * 16 * chunk_bytes;
-            for (int p = lane; p < 16 * per_row; p += 32) {
-                const int r = p / per_row, off = (p % per_row) * v;
-                const uint8_t *src = src_row[r] + (size_t)c * full + off;
-                if (v >= 4) cp_async(dst + r * chunk_bytes + off, src, v);
-                else *(uint16_t *)(dst + r * chunk_bytes + off) = __ldg((const uint16_t *)src);
+            /* a whole chunk in 16-byte pieces: a constant divisor (job 1 of session 21, H200, an 8B
+             * layer at 16 rows: Q4_0 101.5 -> 91.7 us, Q4_K 116.3 -> 105.8 against p / per_row) */
+            if (nbytes == full && v == 16) {
+                constexpr int PR = FULL / 16;
+#pragma unroll
+                for (int p = lane; p < 16 * PR; p += 32) {
+                    const int r = p / PR, off = (p % PR) * 16;
+                    cp_async(dst + r * chunk_bytes + off, src_row[r] + (size_t)c * full + off, 16);
+                }
+            } else { /* the last chunk of a row, or a row start that allows only narrower loads */
+                const int per_row = nbytes / v;
+                for (int p = lane; p < 16 * per_row; p += 32) {
+                    const int r = p / per_row, off = (p % per_row) * v;
+                    const uint8_t *src = src_row[r] + (size_t)c * full + off;
+                    if (v >= 4) cp_async(dst + r * chunk_bytes + off, src, v);
+                    else *(uint16_t *)(dst + r * chunk_bytes + off) = __ldg((const uint16_t *)src);
+                }
             }
         }
         cp_async_commit();
@@ -761,11 +772,13 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
             const int64_t uR = (int64_t)(u0 + ui) * R; /* unit u0 + ui's rows in tq and ts */
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
-                const int2 b = *(const int2 *)(tq + (uR + NM_MIN(nt * 8 + g, m - 1)) * 32 + 8 * t);
+                /* fragment rows past m (up to R) are allocated and read as they are: they only
+                 * reach the columns of rows past m, which are never stored */
+                const int2 b = *(const int2 *)(tq + (uR + nt * 8 + g) * 32 + 8 * t);
                 int c[4] = {0, 0, 0, 0};
                 mma_s8(c, a, b.x, b.y);
-                const cuk_q8s sa = ts[uR + NM_MIN(nt * 8 + 2 * t, m - 1)];
-                const cuk_q8s sb = ts[uR + NM_MIN(nt * 8 + 2 * t + 1, m - 1)];
+                const float4 s4 = *(const float4 *)(ts + uR + nt * 8 + 2 * t); /* rows 2t and 2t + 1 */
+                const cuk_q8s sa{s4.x, __float_as_int(s4.y)}, sb{s4.z, __float_as_int(s4.w)};
                 acc[nt][0] += Q::step(sg, c[0], sa);
                 acc[nt][1] += Q::step(sg, c[1], sb);
                 acc[nt][2] += Q::step(sg8, c[2], sa);
@@ -781,23 +794,26 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
         __syncwarp(); /* every lane is done with this buffer before it is refilled */
     }
     cp_async_wait<0>();
-    __syncthreads(); /* the stages are free: the warps' sums go there, [MQ_WARPS][16][8 * NT] */
+    /* the stages are free: the warps' sums go there, [MQ_WARPS][16][LR] (rows padded by one
+     * value, so that the 16 rows of a column read below fall in distinct banks) */
+    constexpr int LR = 8 * NT + 1;
+    __syncthreads();
     float *red = (float *)mq_stage;
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
-        float *rw = red + (size_t)warp * 16 * 8 * NT + nt * 8 + 2 * t;
-        rw[g * 8 * NT] = acc[nt][0];
-        rw[g * 8 * NT + 1] = acc[nt][1];
-        rw[(g + 8) * 8 * NT] = acc[nt][2];
-        rw[(g + 8) * 8 * NT + 1] = acc[nt][3];
+        float *rw = red + (size_t)warp * 16 * LR + nt * 8 + 2 * t;
+        rw[g * LR] = acc[nt][0];
+        rw[g * LR + 1] = acc[nt][1];
+        rw[(g + 8) * LR] = acc[nt][2];
+        rw[(g + 8) * LR + 1] = acc[nt][3];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < 16 * m; i += MQ_WARPS * 32) {
         const int r = i % 16, col = i / 16;
         if (row0 + r >= o.n_rows) continue;
-        float v = red[r * 8 * NT + col];
+        float v = red[r * LR + col];
 #pragma unroll
-        for (int w = 1; w < MQ_WARPS; w++) v += red[(size_t)w * 16 * 8 * NT + r * 8 * NT + col];
+        for (int w = 1; w < MQ_WARPS; w++) v += red[(size_t)w * 16 * LR + r * LR + col];
         const gq_out d = gq_find(o, row0 + r);
         float *y = d.y + (int64_t)col * d.ldy + d.row;
         const float b = d.bias ? v + d.bias[d.row] : v;
@@ -1222,9 +1238,12 @@ void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int 
 template <class QQ>
 void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, const cuk_q8buf &b, int m, int vec) {
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
-    NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0 && b.tq && b.R >= m);
+    /* (the kernel reads every fragment row of its n-tiles, up to R, and the scales of two rows
+     * as one 16-byte load) */
+    NM_ASSERT(MQ_CU % QQ::UPB == 0 && chunk_bytes % 16 == 0 && k % 32 == 0 && b.tq && b.R >= (m + 7) / 8 * 8 &&
+              (uintptr_t)b.ts % 16 == 0);
     const size_t smem = mmq_smem<QQ>();
-    static_assert(mmq_smem<QQ>() >= (size_t)MQ_WARPS * 16 * CUK_MMQ_MAX_ROWS * sizeof(float),
+    static_assert(mmq_smem<QQ>() >= (size_t)MQ_WARPS * 16 * (CUK_MMQ_MAX_ROWS + 1) * sizeof(float),
                   "the warps' sums fit the stages");
     static_assert(CUK_MMQ_MAX_ROWS <= 32 && CUK_GEMV_MAX_ROWS <= CUK_MMQ_MAX_ROWS,
                   "mmq_kernel's instantiations cover up to 32 rows");
