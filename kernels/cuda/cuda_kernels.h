@@ -154,7 +154,8 @@ void cuk_matmul_id(struct cuk_ctx *c, enum dtype t, const void *w, size_t expert
  * (d f32, the sum int32); and for m >= CUK_MMQ_MIN_ROWS, at the next 128-byte boundary, the
  * same blocks again for the tensor cores: block b of row r at 32 (b R + r) bytes, R = m rounded
  * up to 8, its words (4 codes each) in the order 0 4 1 5 2 6 3 7, then its scale at 8 (b R + r)
- * bytes past the R k codes. Rows m .. R-1 are never written. */
+ * bytes past the R k codes. Rows m .. R-1 are never written (the tensor-core kernel reads them
+ * as they are: they reach only output rows past m, which it does not store). */
 size_t cuk_q8_bytes(int m, int64_t k);
 /* xq = q8 of x [m][ldx] (k values per row). */
 void cuk_quantize_q8(struct cuk_ctx *c, void *xq, const float *x, int64_t ldx, int m, int64_t k);
