@@ -189,7 +189,10 @@ struct cuk_gemv_out {
  * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, session 19,
  * a llama-3-8b layer of Q4_0 at 32 rows: 174.4-176.4 us there against 205.6 for cuBLAS on f16
  * copies; at 24 rows 125.0-126.1). */
-#define CUK_MMQ_MAX_ROWS 32
+#ifndef CUK_MMQ_MAX_ROWS
+#define CUK_MMQ_MAX_ROWS 32 /* (a build option for measurements, up to 64: -DCUK_MMQ_MAX_ROWS=48 in both C and
+                               CUDA flags; bench_gpu rows then shows 48 and 64 rows against cuBLAS) */
+#endif
 /* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
  * launch, on the q8 activations xq of m rows of k values: m <= CUK_GEMV_MAX_ROWS, or up to
  * CUK_MMQ_MAX_ROWS where cuk_q8_tensor_cores says so. The y of one output must not overlap

@@ -1235,6 +1235,19 @@ void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int 
                (const int8_t *)b.tq, (const cuk_q8s *)b.ts, b.R, m, vec);
 }
 
+/* mmq_go with the fewest n-tiles of 8 rows that hold m rows (NT: the fewest tried yet). */
+template <class QQ, int NT>
+void mmq_pick(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int chunk_bytes, size_t smem,
+              const cuk_q8buf &b, int m, int vec) {
+    if constexpr (NT * 8 < CUK_MMQ_MAX_ROWS) {
+        if (m > NT * 8) {
+            mmq_pick<QQ, NT + 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+            return;
+        }
+    }
+    mmq_go<QQ, NT>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+}
+
 template <class QQ>
 void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, const cuk_q8buf &b, int m, int vec) {
     const int chunk_bytes = MQ_CU / QQ::UPB * QQ::BB;
@@ -1245,14 +1258,9 @@ void mmq_launch(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, 
     const size_t smem = mmq_smem<QQ>();
     static_assert(mmq_smem<QQ>() >= (size_t)MQ_WARPS * 16 * (CUK_MMQ_MAX_ROWS + 1) * sizeof(float),
                   "the warps' sums fit the stages");
-    static_assert(CUK_MMQ_MAX_ROWS <= 32 && CUK_GEMV_MAX_ROWS <= CUK_MMQ_MAX_ROWS,
-                  "mmq_kernel's instantiations cover up to 32 rows");
-    switch ((m + 7) / 8) {
-    case 1: mmq_go<QQ, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
-    case 2: mmq_go<QQ, 2>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
-    case 3: mmq_go<QQ, 3>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
-    default: mmq_go<QQ, 4>(c, o, rb, k, chunk_bytes, smem, b, m, vec); break;
-    }
+    static_assert(CUK_MMQ_MAX_ROWS <= 64 && CUK_GEMV_MAX_ROWS <= CUK_MMQ_MAX_ROWS,
+                  "mmq_kernel's accumulators are sized for up to 8 n-tiles");
+    mmq_pick<QQ, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
 }
 
 extern "C" void cuk_gemv_q8(struct cuk_ctx *c, enum dtype t, int64_t k, const void *xq, int m,

@@ -184,7 +184,7 @@ static int bench_layers(int n_types, char **type_names) {
  * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
  * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
 static void bench_rows(const struct shape *sh, enum dtype t) {
-    enum { N_SH = 7, MAX_M = 32 };
+    enum { N_SH = 7, MAX_M = 64 };
     krng r = {42};
     void *w[N_SH], *w16[N_SH];
     float *ys[N_SH];
@@ -217,7 +217,7 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
     printf("| rows | decode path | kernel | vs 1 row | tiles + cuBLAS | tiles vs 1 row's decode path | f16 copies + "
            "cuBLAS | copies vs 1 row's decode path |\n"
            "|---:|---:|---|---:|---:|---:|---:|---:|\n");
-    const int ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32};
+    const int ms[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64};
     double t1 = 0;
     for (size_t mi = 0; mi < NM_ARRAY_LEN(ms); mi++) {
         const int m = ms[mi];

@@ -369,8 +369,9 @@ static void test_gemv_q8(krng *r) {
         const int64_t ks_small[] = {32, 96, 896, 4096, 4096 + 96}, ks_k[] = {256, 768, 4096, 4096 + 512};
         const int64_t *ks = kq ? ks_k : ks_small;
         const int nk = kq ? 4 : 5;
-        /* and the tensor cores' rows past CUK_GEMV_MAX_ROWS (three and four n-tiles, one partly filled) */
-        const int more[] = {17, 23, 32};
+        /* and the tensor cores' rows past CUK_GEMV_MAX_ROWS (three to eight n-tiles, some partly
+         * filled; those past CUK_MMQ_MAX_ROWS are not taken) */
+        const int more[] = {17, 23, 32, 41, 64};
         for (int a = 0; a < nk; a++) {
             for (int m = 1; m <= CUK_GEMV_MAX_ROWS; m++) check_gemv_q8(r, t, ks[a], ns[(a + m) % 3], 1 + (a + m) % 3, m);
             for (size_t i = 0; i < NM_ARRAY_LEN(more); i++)
