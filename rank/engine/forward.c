@@ -403,10 +403,10 @@ int32_t engine_sample(struct engine *e, struct sampler *smp, const float *local)
 
 bool engine_rows_on_stage(const struct engine *e, struct sampler *const *smp, int n, int n_asking) {
     /* the stage keeps the logits of up to PIPELINE_KEPT_ROWS asked rows (a batch is one chunk) */
-    if (n_asking > PIPELINE_KEPT_ROWS) return false;
+    if (!e->m->head_remote || n_asking > PIPELINE_KEPT_ROWS) return false;
     for (int i = 0; i < n; i++)
         if (!stage_takes(e, smp[i])) return false;
-    return e->m->head_remote;
+    return true;
 }
 
 void engine_sample_rows(struct engine *e, struct sampler *const *smp, const int *rows, int n, const float *local,

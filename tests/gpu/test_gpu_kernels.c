@@ -267,17 +267,13 @@ static void check_gemv_q8(krng *r, enum dtype t, int64_t k, const int64_t *ns, i
         kact_values(t, xc + i * k, q8, xr + i * k, k);
     }
     float *dx = dev_from(x, (size_t)(m * ldx) * sizeof(float));
-    void *dxq = cuk_malloc(g_ctx, cuk_q8_bytes(m, k), "q8", NULL, 0);
-    {
-        /* every byte 0xFF first (NaN scales): the tensor cores' copy holds rows past m, up to a
-         * multiple of 8, that no producer writes; the kernel reads them, and they must reach no
-         * stored output */
-        const size_t qb = cuk_q8_bytes(m, k);
-        uint8_t *poison = malloc(qb);
-        memset(poison, 0xFF, qb);
-        cuk_h2d(g_ctx, dxq, poison, qb);
-        free(poison);
-    }
+    /* every byte 0xFF first (NaN scales): the tensor cores' copy holds rows past m, up to a
+     * multiple of 8, that no producer writes; the kernel reads them, and they must reach no
+     * stored output */
+    uint8_t *poison = malloc(cuk_q8_bytes(m, k));
+    memset(poison, 0xFF, cuk_q8_bytes(m, k));
+    void *dxq = dev_from(poison, cuk_q8_bytes(m, k));
+    free(poison);
     cuk_quantize_q8(g_ctx, dxq, dx, ldx, m, k);
     check_q8_layout(dxq, xc, m, k, "quantize_q8");
     struct cuk_gemv_out outs[CUK_GEMV_MAX_OUTS];
