@@ -5,7 +5,7 @@
  * a decode step (hundreds per token, tens of microseconds apart) do not pay a futex wake-up
  * each, then yield the CPU (cores may be shared or oversubscribed, as with several ranks per
  * core in tests), and workers finally sleep on the condition variable: an idle pool costs no
- * CPU. */
+ * CPU. pool_rest sends them to sleep at once. */
 #define _GNU_SOURCE
 #include "pool.h"
 
@@ -36,6 +36,7 @@ struct pool {
     atomic_uint generation; /* bumped by pool_run after fn/ctx are stored */
     atomic_int pending;     /* workers (other than the caller) still running the job */
     atomic_bool stop;
+    atomic_bool rest; /* pool_rest: sleep without spinning until the next job */
     pool_fn fn;
     void *ctx;
     bool bound; /* every worker, the caller included, is bound to workers[i].cpu */
@@ -83,7 +84,7 @@ static void *worker_main(void *arg) {
         uint64_t t0 = 0;
         while ((gen = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen) {
             if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-            if (wait_step(&t0, &iter)) continue;
+            if (!atomic_load_explicit(&p->rest, memory_order_relaxed) && wait_step(&t0, &iter)) continue;
             pthread_mutex_lock(&p->mu);
             while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen &&
                    !atomic_load_explicit(&p->stop, memory_order_acquire))
@@ -156,6 +157,7 @@ void pool_run(struct pool *p, pool_fn fn, void *ctx) {
     }
     p->fn = fn;
     p->ctx = ctx;
+    atomic_store_explicit(&p->rest, false, memory_order_relaxed);
     atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
     /* Publish fn/ctx/pending, then wake sleepers. Taking the mutex orders the bump with a
      * worker that is between its check and pthread_cond_wait. */
@@ -170,6 +172,12 @@ void pool_run(struct pool *p, pool_fn fn, void *ctx) {
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
         if (!wait_step(&w0, &iter)) sched_yield(); /* workers are running their share: keep yielding */
     if (p->profile) p->jobs++, p->wall_ns += nm_time_ns() - t0;
+}
+
+void pool_rest(struct pool *p) {
+    /* (a worker that reads it late spins until then, at most one wait_step; the generation is
+     * checked under mu before it sleeps, so a job published meanwhile is not missed) */
+    if (p->n > 1) atomic_store_explicit(&p->rest, true, memory_order_relaxed);
 }
 
 void pool_set_profile(struct pool *p, bool on) { p->profile = on; }

@@ -23,6 +23,11 @@ int pool_cpu(const struct pool *p, int i);
 /* Run fn on every worker and return when all have finished. Not reentrant. */
 void pool_run(struct pool *p, pool_fn fn, void *ctx);
 
+/* No job is coming for a while (a server turning a step's tokens into text, between forward
+ * passes): the workers sleep at once instead of spinning, and leave the cores to other threads;
+ * the next pool_run wakes them. */
+void pool_rest(struct pool *p);
+
 /* Busy-time accounting, for profiles (NM_PROFILE): once on, every pool_run adds its wall time
  * and each worker's time inside the job body. Off by default (two clock reads per worker per
  * job when on). */

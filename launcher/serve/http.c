@@ -239,8 +239,9 @@ static enum MHD_Result metrics(struct serve_sched *sc, struct MHD_Connection *c)
     METRIC("batch_rows_total", "counter", "Rows over all batches.", "%llu", (unsigned long long)m.batch_rows_total);
     METRIC("step_forward_seconds_total", "counter", "Time in the steps' forward passes.", "%.6f",
            m.forward_seconds_total);
-    METRIC("step_sample_seconds_total", "counter", "Time sampling the steps' rows and sending their tokens.", "%.6f",
-           m.sample_seconds_total);
+    METRIC("step_sample_seconds_total", "counter", "Time sampling the steps' rows.", "%.6f", m.sample_seconds_total);
+    METRIC("step_deliver_seconds_total", "counter", "Time turning the steps' tokens into their requests' text.",
+           "%.6f", m.deliver_seconds_total);
     METRIC("requests_processing", "gauge", "Requests holding a slot.", "%d", m.requests_processing);
     METRIC("requests_deferred", "gauge", "Requests waiting for a slot.", "%d", m.requests_deferred);
     METRIC("slots", "gauge", "Slots (-np).", "%d", m.n_slots);

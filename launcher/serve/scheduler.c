@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "coll.h"
+#include "pool.h"
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -611,7 +612,11 @@ void serve_sched_run(struct serve_sched *sc) {
         const double t0 = nm_time_s();
         if (engine_eval_batch(sc->e, &b, logits, err, sizeof err)) nm_fatal("serve: %s", err); /* a bug */
         const double t1 = nm_time_s();
+        /* the threads' cores go to the readers the tokens wake (measured: serve's delivery
+         * figures in RESULTS.md, session 22) */
+        pool_rest(sc->s->pool);
         engine_sample_rows(sc->e, st->smp, st->out, ns, logits, st->tok);
+        const double t2 = nm_time_s();
         for (int i = 0; i < ns; i++) {
             struct slot *sl = &sc->slots[st->samples[i].slot];
             const int32_t tok = st->tok[i];
@@ -630,7 +635,8 @@ void serve_sched_run(struct serve_sched *sc) {
             sc->met.steps_total++;
             sc->met.batch_rows_total += (uint64_t)st->h.n_rows;
             sc->met.forward_seconds_total += t1 - t0;
-            sc->met.sample_seconds_total += nm_time_s() - t1;
+            sc->met.sample_seconds_total += t2 - t1;
+            sc->met.deliver_seconds_total += nm_time_s() - t2;
             pthread_mutex_unlock(&sc->mu);
         }
     }

@@ -102,7 +102,9 @@ struct serve_metrics {
     uint64_t requests_total, requests_cancelled, prompt_tokens_total, prompt_tokens_cached_total,
         tokens_predicted_total, steps_total, batch_rows_total;
     double prompt_seconds_total, predicted_seconds_total;
-    double forward_seconds_total, sample_seconds_total; /* rank 0's steps: the forward passes; sampling and delivery */
+    /* rank 0's steps: the forward passes; sampling the rows; turning the tokens into text for
+     * their requests (stop strings, the readers woken) */
+    double forward_seconds_total, sample_seconds_total, deliver_seconds_total;
     int requests_processing, requests_deferred, n_slots;
     int64_t n_ctx_slot;
 };
