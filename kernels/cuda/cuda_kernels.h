@@ -186,12 +186,15 @@ struct cuk_gemv_out {
  * of up to 16 sequences. */
 #define CUK_GEMV_MAX_ROWS 16
 /* The most rows of cuk_gemv_q8 on int8 tensor cores (where cuk_q8_tensor_cores says so): the
- * prompt path's matmuls of up to this many rows run there too (bench_gpu rows, H100, session 19,
- * a llama-3-8b layer of Q4_0 at 32 rows: 174.4-176.4 us there against 205.6 for cuBLAS on f16
- * copies; at 24 rows 125.0-126.1). */
+ * prompt path's matmuls of up to this many rows run there too, and a GPU stage whose matmuls all
+ * run there takes steps of up to this many rows through its decode path (gpu_stage.c,
+ * decode_rows_of). bench_gpu rows, H200, session 22, us per llama-3-8b layer, the tensor cores
+ * against cuBLAS on f16 copies: 32 rows Q4_0 129.2 / 161.2, Q4_K 130.2 / 165.1; 48 rows 165.7 /
+ * 168.4, 169.2 / 169.5; 64 rows 191.0 / 172.0, 210.5 / 172.5: 48, the rows of a server's step of
+ * 16 decode rows and a 32-token piece of a new prompt. */
 #ifndef CUK_MMQ_MAX_ROWS
-#define CUK_MMQ_MAX_ROWS 32 /* (a build option for measurements, up to 64: -DCUK_MMQ_MAX_ROWS=48 in both C and
-                               CUDA flags; bench_gpu rows then shows 48 and 64 rows against cuBLAS) */
+#define CUK_MMQ_MAX_ROWS 48 /* (a build option for measurements, up to 64: -DCUK_MMQ_MAX_ROWS=64 in both C and
+                               CUDA flags; bench_gpu rows shows 48 and 64 rows against cuBLAS) */
 #endif
 /* Up to CUK_GEMV_MAX_OUTS matmuls of one type and input (Q, K and V; gate and up) in one
  * launch, on the q8 activations xq of m rows of k values: m <= CUK_GEMV_MAX_ROWS, or up to

@@ -23,6 +23,9 @@ struct gmat {
     const void *d16; /* the prompt path's f16 copy (keep_f16), or NULL: dequantized per call */
 };
 
+/* The most rows the decode path may take (decode_rows_of): the tensor-core matmul's. */
+#define DECODE_MAX_ROWS CUK_MMQ_MAX_ROWS
+
 struct glayer {
     bool moe;
     const float *attn_norm;           /* [n_embd] f32 */
@@ -87,18 +90,50 @@ struct gpu_stage {
      * [n_batch][2]: built in rows (host), copied to d_rows for the decode kernels. */
     int64_t *rows, *d_rows;
 
-    /* A decode step of n rows whose first row asks for logits (one token, or one token of each
-     * of n sequences; the head then runs on all n rows) as one CUDA graph, decode_graph[n - 1],
-     * captured at the first such step and then replayed: the rows' places are read from d_rows,
-     * filled from pin_rows by the graph itself, as their hidden states from pin_in. */
-    struct cuk_graph *decode_graph[CUK_GEMV_MAX_ROWS];
+    /* Chunks of up to decode_rows rows take the decode path (decode_rows_of). A decode step of
+     * n rows whose first row asks for logits (one token, or one token of each of n sequences,
+     * with pieces of prompts after them; the head then runs on all n rows) as one CUDA graph,
+     * decode_graph[n - 1], captured at the first such step and then replayed: the rows' places
+     * are read from d_rows, filled from pin_rows by the graph itself, as their hidden states
+     * from pin_in. */
+    int decode_rows;
+    struct cuk_graph *decode_graph[DECODE_MAX_ROWS];
     bool use_graph; /* false with NM_GPU_GRAPHS=0 */
-    int64_t *pin_rows; /* [CUK_GEMV_MAX_ROWS][2] */
+    int64_t *pin_rows; /* [DECODE_MAX_ROWS][2] */
 
     engine_layer_hook hook;
     void *hook_ctx;
     float *hook_buf;
 };
+
+/* The most rows of a chunk that take the decode path (layer_decode: the fused kernels, and one
+ * CUDA graph per row count): CUK_GEMV_MAX_ROWS, and up to DECODE_MAX_ROWS when the stage's layers
+ * are dense and every matmul of them and the head runs on the int8 tensor cores at that many rows,
+ * as their q8 activations allow (k a multiple of 32). Then a server's step of 16 decode rows and a
+ * 32-row piece of a new prompt is one graph on the tensor cores instead of cuBLAS's GEMMs on f16
+ * copies launched one by one (measured: RESULTS.md, session 22), and its decode rows get the same
+ * bits as in a step of their own (the tensor-core matmul's arithmetic does not depend on the row
+ * count). */
+static int decode_rows_of(struct gpu_stage *s) {
+    const int m = NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows));
+    if (m <= CUK_GEMV_MAX_ROWS || s->n_expert > 0) return CUK_GEMV_MAX_ROWS;
+    const struct gmat *w[8];
+    for (int64_t l = -1; l < s->cfg.n_layer - s->layer_first; l++) {
+        int nw = 0;
+        if (l < 0) {
+            w[nw++] = &s->output;
+        } else {
+            const struct glayer *L = &s->layers[l];
+            const struct gmat *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < NM_ARRAY_LEN(lw); i++) w[nw++] = lw[i];
+        }
+        for (int i = 0; i < nw; i++)
+            if (w[i]->k % 32 != 0 || !cuk_q8_tensor_cores(s->ctx, w[i]->type, CUK_GEMV_MAX_ROWS + 1) ||
+                !cuk_q8_tensor_cores(s->ctx, w[i]->type, m))
+                return CUK_GEMV_MAX_ROWS;
+    }
+    return m;
+}
 
 /* ---- the prompt path's f16 copies ------------------------------------------------------------
  * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows; more than CUK_MMQ_MAX_ROWS for the types
@@ -484,7 +519,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
                                                         (int64_t)s->logit_rows * c->n_vocab + n_ctx * c->n_rot) +
                              cuk_topk_scratch_bytes(c->n_vocab) + (uint64_t)B * (uint64_t)max_k * 2 + tile_bytes +
                              sizeof(float) * (uint64_t)B * (uint64_t)NM_MAX(max_k, ff_rows) +
-                             cuk_attention_scratch_bytes(CUK_GEMV_MAX_ROWS, (int)c->n_head, c->head_dim_v,
+                             cuk_attention_scratch_bytes(DECODE_MAX_ROWS, (int)c->n_head, c->head_dim_v,
                                                          s->n_ctx_seq);
     uint64_t fr, tot;
     cuk_mem_info(s->ctx, &fr, &tot);
@@ -563,14 +598,15 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     }
     if (!st && cuk_ctx_reserve_gemm(s->ctx, s->n_batch, max_k, tile_bytes, err, errlen)) st = NM_ERR_NOMEM;
     /* a decode row's attention over spans of its positions, taken by several blocks at once */
-    if (!st && cuk_ctx_reserve_attention(s->ctx, CUK_GEMV_MAX_ROWS, (int)c->n_head, c->head_dim_v, s->n_ctx_seq, err,
+    s->decode_rows = decode_rows_of(s);
+    if (!st && cuk_ctx_reserve_attention(s->ctx, s->decode_rows, (int)c->n_head, c->head_dim_v, s->n_ctx_seq, err,
                                          errlen))
         st = NM_ERR_NOMEM;
     if (st) goto fail;
     keep_f16(s);
     s->pin_in = cuk_host_alloc((size_t)(B * E) * sizeof(float), "hidden-state staging");
     s->pin_out = cuk_host_alloc((size_t)s->logit_rows * (size_t)c->n_vocab * sizeof(float), "logits staging");
-    s->pin_rows = cuk_host_alloc(2 * CUK_GEMV_MAX_ROWS * sizeof(int64_t), "decode row staging");
+    s->pin_rows = cuk_host_alloc(2 * DECODE_MAX_ROWS * sizeof(int64_t), "decode row staging");
     const char *ge = getenv("NM_GPU_GRAPHS");
     s->use_graph = !(ge && strcmp(ge, "0") == 0);
     s->hook_buf = malloc((size_t)(B * E) * sizeof(float));
@@ -593,10 +629,14 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
         nm_log_info("GPU: KV cache %lld tokens x %lld layers, %s, %.1f MiB: %d sequences of %lld tokens; batch %d",
                     (long long)n_ctx, (long long)nl, s->kv_type == DTYPE_F16 ? "f16" : "f32",
                     (double)s->kv_bytes / (1 << 20), s->n_seq, (long long)s->n_ctx_seq, s->n_batch);
-    nm_log_info("GPU: decode (steps of up to %d rows): block-quantized weights on int8 activations (dp4a GEMV; "
+    nm_log_info("GPU: decode (steps of up to %d rows%s): block-quantized weights on int8 activations (dp4a GEMV; "
                 "from %d rows of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K int8 tensor cores, and prompt chunks of up to %d rows%s), "
                 "fused norm/rope/KV/residual kernels, %s, %s",
-                CUK_GEMV_MAX_ROWS, CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
+                s->decode_rows,
+                s->decode_rows < NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows)) && s->n_batch > s->decode_rows
+                    ? (s->n_expert > 0 ? "; MoE layers" : "; not every matmul on the tensor cores")
+                    : "",
+                CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
                 cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
                 s->use_graph ? "one CUDA graph per step" : "no CUDA graph (NM_GPU_GRAPHS=0)",
                 cuk_ctx_overlaps_launches(s->ctx) ? "each kernel starting while the one before finishes"
@@ -615,7 +655,7 @@ void gpu_stage_free(struct gpu_stage *s) {
         void *bufs[] = {s->wbuf, s->f16buf, s->kv_k, s->kv_v, s->rope, s->x, s->xn, s->q, s->k, s->v, s->att, s->proj,
                         s->gate, s->up, s->xq, s->router, s->moe_w, s->moe_ids, s->moe_down, s->logits, s->topk_scratch,
                         s->xq8, s->d_rows};
-        for (int i = 0; i < CUK_GEMV_MAX_ROWS; i++) cuk_graph_free(s->decode_graph[i]);
+        for (int i = 0; i < DECODE_MAX_ROWS; i++) cuk_graph_free(s->decode_graph[i]);
         for (size_t i = 0; i < NM_ARRAY_LEN(bufs); i++) cuk_free(bufs[i]);
         cuk_host_free(s->pin_in);
         cuk_host_free(s->pin_out);
@@ -980,7 +1020,7 @@ static void eval_decode(struct gpu_stage *s, const float *hidden, int n, const s
         cuk_h2d(s->ctx, s->d_rows, s->rows, (size_t)n * 2 * sizeof(int64_t));
         decode_device(s, n, first);
     }
-    int dev[CUK_GEMV_MAX_ROWS];
+    int dev[DECODE_MAX_ROWS];
     for (int j = 0; j < h->n_out; j++) dev[j] = h->head[j] - first;
     hold_rows(s, h->ask0, h->n_out, dev);
     if (out && h->n_out > 0) {
@@ -1002,7 +1042,7 @@ static void eval_chunk(struct gpu_stage *s, const float *hidden, int n, const st
                        bool first_chunk) {
     const struct model_config *c = &s->cfg;
     const int64_t E = c->n_embd, V = c->n_vocab;
-    if (n <= CUK_GEMV_MAX_ROWS && n <= s->logit_rows) {
+    if (n <= s->decode_rows && n <= s->logit_rows) {
         eval_decode(s, hidden, n, h, out, first_chunk);
         return;
     }

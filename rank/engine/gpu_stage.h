@@ -7,11 +7,13 @@
  * gpu_stage_weight_bytes_after_load() stays 0 and tests check it.
  *
  * Decode (chunks of up to CUK_GEMV_MAX_ROWS rows: one token, or one of each of up to 16
- * sequences) multiplies block-quantized weights with int8 activations quantized exactly as the
- * CPU ranks quantize them, in fused kernels (cuk_gemv_q8: the types with tensor-core decoders
- * read each weight once for all the rows; the others once per 8 rows); a step whose first row
- * asks for logits, without a layer hook, replays the CUDA graph of its row count (captured at
- * the first such step; the rows' places are read from device memory). The matmuls' summation
+ * sequences; up to CUK_MMQ_MAX_ROWS where every matmul of the stage runs on the int8 tensor cores,
+ * so that a server's step of 16 decode rows and a piece of a new prompt stays on this path)
+ * multiplies block-quantized weights with int8 activations quantized exactly as the CPU ranks
+ * quantize them, in fused kernels (cuk_gemv_q8: the types with tensor-core decoders read each
+ * weight once for all the rows; the others once per 8 rows); a step whose first row asks for
+ * logits, without a layer hook, replays the CUDA graph of its row count (captured at the first
+ * such step; the rows' places are read from device memory). The matmuls' summation
  * order depends on the step's row count (the GEMV, int8 tensor cores from CUK_MMQ_MIN_ROWS rows,
  * cuBLAS above 16 rows, or above CUK_MMQ_MAX_ROWS for the tensor cores' types), so on the GPU a
  * row's low bits do too. NM_GPU_GRAPHS=0 in the environment launches the
@@ -23,9 +25,9 @@
  * n_ctx positions: lesson 5), divided among n_seq sequences as the CPU engine divides its own
  * (a server's slots: each sequence n_ctx / n_seq positions), and chunks any batch by n_batch
  * internally. A batch may hold rows of several sequences: the matmuls take all its rows, the
- * RoPE, KV stores and attention each row at its own place (in a chunk of more than
- * CUK_GEMV_MAX_ROWS rows, rows of one sequence that come together as a run of 8 or more run the
- * tensor-core attention).
+ * RoPE, KV stores and attention each row at its own place (in a chunk past the decode path's
+ * rows, rows of one sequence that come together as a run of 8 or more run the tensor-core
+ * attention).
  *
  * Supported: llama, qwen2, qwen3 and qwen3moe (cfg->n_expert > 0: softmax router ffn_gate_inp,
  * the top n_expert_used experts with renormalized weights, SiLU-gated experts in the 3-D

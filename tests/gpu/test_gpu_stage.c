@@ -150,14 +150,15 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
 }
 
 /* Three sequences of the same tokens through one stage of n_seq 3 and n_batch 20: prompts in
- * batches mixing the sequences (18 rows: a run of 10, which takes the tensor-core attention, next
- * to runs of 3 and 5; 30 rows, cut into a chunk of 20 inside a run and one of the run's other 10
- * rows, which takes the decode path of more than 8 rows; the chunks of 18 and 20 rows run their
- * matmuls on the int8 tensor cores for their types), then decode steps of one row per sequence
- * (3 rows and their graph: the tensor cores for their types, the GEMV for the others) and of two
- * (6 rows), then sequence 1 rewound by one and that row again
- * alone (the graph of one row, at sequence 1's region). Every row against the CPU's logits of its
- * position. */
+ * batches mixing the sequences (18 rows: a run of 10 next to runs of 3 and 5; 30 rows, cut into
+ * a chunk of 20 inside a run and one of the run's other 10 rows, which takes the decode path of
+ * more than 8 rows). The chunks of 18 and 20 rows take the decode path too where every matmul runs
+ * on the int8 tensor cores (gpu_stage.c, decode_rows_of: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+ * Q5_K; dense layers), else the prompt path, where the run of 10 takes the tensor-core attention.
+ * Then decode steps of one row per sequence (3 rows and their graph: the tensor cores for their
+ * types, the GEMV for the others) and of two (6 rows), then sequence 1 rewound by one and that
+ * row again alone (the graph of one row, at sequence 1's region). Every row against the CPU's
+ * logits of its position. */
 static void multi_seq(const struct model *m, int64_t lf, const float *h, const float *cpu, int n_prompt, int n_gen,
                       int64_t n_ctx, enum dtype kv, double tol) {
     const struct model_config *c = &m->cfg;
