@@ -1010,12 +1010,14 @@ static int cmp_cand(const void *a, const void *b) {
 
 /* cuk_topk over rows of a logits matrix (ld > n: rows apart by more than their length), 20
  * rows (two rounds of CUK_TOPK_ROWS) in one call, each with its own k and penalty, every row
- * against a full sort of its values. */
+ * against a full sort of its values; then the same with k = 1 for every row (greedy steps: the
+ * kernel's reduction instead of its sort). */
 static void test_topk(krng *r) {
     const int64_t ns[] = {151936, 1000, 4096};
     enum { R = 20, NPEN = 70 };
-    for (size_t ni = 0; ni < NM_ARRAY_LEN(ns); ni++) {
-        const int64_t n = ns[ni], ld = n + 3;
+    for (size_t ni = 0; ni < 2 * NM_ARRAY_LEN(ns); ni++) {
+        const int64_t n = ns[ni % NM_ARRAY_LEN(ns)], ld = n + 3;
+        const bool greedy = ni >= NM_ARRAY_LEN(ns);
         float *l = malloc((size_t)(R * ld) * sizeof(float));
         for (int64_t i = 0; i < R * ld; i++) l[i] = (float)krng_int(r, 2000) / 100.0f - 10.0f; /* many ties */
         float *dl = dev_from(l, (size_t)(R * ld) * sizeof(float));
@@ -1027,7 +1029,7 @@ static void test_topk(krng *r) {
         int64_t total = 0;
         for (int i = 0; i < R; i++) {
             /* rows in another order than their places, one row twice */
-            const int k = (int)NM_MIN(ks[i % 3], n);
+            const int k = greedy ? 1 : (int)NM_MIN(ks[i % 3], n);
             q[i] = (struct cuk_topk_row){.row = i == R - 1 ? 2 : (i * 7) % (R - 1), .k = k, .n_pen = (i / 3) % 2 ? NPEN : 0,
                                          .pen_ids = pen, .penalty = (i / 3) % 2 ? 1.3f : 1.0f};
             total += k;
@@ -1049,8 +1051,8 @@ static void test_topk(krng *r) {
             qsort(c, n, sizeof *c, cmp_cand);
             for (int j = 0; j < q[i].k; j++)
                 if (ids[at + j] != c[j].id || vals[at + j] != c[j].v) {
-                    ktest_fail("topk n=%lld row %d (request %d) k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)",
-                               (long long)n, (int)q[i].row, i, q[i].k, (double)q[i].penalty, j, ids[at + j],
+                    ktest_fail("topk n=%lld%s row %d (request %d) k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)",
+                               (long long)n, greedy ? " (every row k=1)" : "", (int)q[i].row, i, q[i].k, (double)q[i].penalty, j, ids[at + j],
                                (double)vals[at + j], c[j].id, (double)c[j].v);
                     break;
                 }
@@ -1068,7 +1070,7 @@ static void test_topk(krng *r) {
         cuk_free(scratch);
         free(l);
     }
-    printf("topk: %d rows a call, checked against a full sort\n", (int)R);
+    printf("topk: %d rows a call (k of 1, 40 and 1000, then 1 for every row), checked against a full sort\n", (int)R);
 }
 
 int main(int argc, char **argv) {
