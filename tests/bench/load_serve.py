@@ -176,8 +176,12 @@ def run_level(host, port, conc, args, rng_seed):
             if deadline and time.monotonic() >= deadline:
                 break
             prompt = [rng.randrange(args.token_lo, args.token_hi) for _ in range(args.prompt_tokens)]
-            body = {"prompt": prompt, "max_tokens": args.output_tokens, "ignore_eos": True, "temperature": 0,
-                    "stream": True, "stream_options": {"include_usage": True}}
+            body = {"prompt": prompt, "max_tokens": args.output_tokens, "ignore_eos": True,
+                    "temperature": args.temperature, "stream": True, "stream_options": {"include_usage": True}}
+            if args.top_k is not None:
+                body["top_k"] = args.top_k
+            if args.temperature > 0:
+                body["seed"] = rng.randrange(1 << 31)
             if args.model_name:
                 body["model"] = args.model_name
             r = completion(host, port, body, timeout=args.timeout, conn=conn)
@@ -313,6 +317,9 @@ def main():
     ap.add_argument("--token-hi", type=int, default=20000)
     ap.add_argument("--timeout", type=float, default=600, help="seconds a request may take")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="the requests' temperature (default 0: greedy; above 0 each request gets its own seed)")
+    ap.add_argument("--top-k", type=int, default=None, help="the requests' top_k (default: the server's)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     args = ap.parse_args()
     if args.duration is None and args.requests is None:
@@ -340,8 +347,10 @@ def main():
             print("the warm-up request failed: %s" % warm["error"], file=sys.stderr)
             return 1
         print("CPU: %s, %d cores (os.cpu_count); server: %s" % (cpu_name(), os.cpu_count(), target))
-        print("%d prompt tokens (random ids), %d output tokens (ignore_eos) per request, %s per level\n" %
-              (args.prompt_tokens, args.output_tokens,
+        sampling = "greedy" if args.temperature <= 0 else "temperature %g%s" % (
+            args.temperature, ", top_k %d" % args.top_k if args.top_k is not None else "")
+        print("%d prompt tokens (random ids), %d output tokens (ignore_eos, %s) per request, %s per level\n" %
+              (args.prompt_tokens, args.output_tokens, sampling,
                "%d requests per client" % args.requests if args.requests else "%g s" % args.duration))
         print("| clients | requests | errors | req/s | output tok/s | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | TPOT p99 ms |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -1019,7 +1019,9 @@ static void test_topk(krng *r) {
         const int64_t n = ns[ni % NM_ARRAY_LEN(ns)], ld = n + 3;
         const bool greedy = ni >= NM_ARRAY_LEN(ns);
         float *l = malloc((size_t)(R * ld) * sizeof(float));
-        for (int64_t i = 0; i < R * ld; i++) l[i] = (float)krng_int(r, 2000) / 100.0f - 10.0f; /* many ties */
+        /* many ties; -0.0 among the zeros (equal to them, so ordered by id) and some -inf */
+        for (int64_t i = 0; i < R * ld; i++)
+            l[i] = i % 97 == 0 ? -0.0f : i % 89 == 0 ? -INFINITY : (float)krng_int(r, 2000) / 100.0f - 10.0f;
         float *dl = dev_from(l, (size_t)(R * ld) * sizeof(float));
         void *scratch = cuk_malloc(g_ctx, cuk_topk_scratch_bytes(n), "topk", NULL, 0);
         int32_t pen[NPEN];
