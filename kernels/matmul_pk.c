@@ -282,10 +282,12 @@ static void tiles_worker(void *ctx, int ith, int nth) {
                 uint8_t *e = tile + (size_t)b * PK_ACT_TILE_B;
                 float *d = (float *)(e + PK_ACT_TILE_D);
                 int32_t *isum = (int32_t *)(e + PK_ACT_TILE_ISUM), *lo16 = (int32_t *)(e + PK_ACT_TILE_LO);
+                float *di = (float *)(e + PK_ACT_TILE_DI);
                 if (x) {
                     memcpy(e + 32 * r, x[b].qs, 32);
                     d[r] = x[b].d;
                     isum[r] = x[b].isum;
+                    di[r] = x[b].d * (float)x[b].isum; /* (the VNNI kernel's product, x86-avx512/packed.c) */
                     int32_t s = 0;
                     for (int c = 0; c < 16; c++) s += x[b].qs[c];
                     lo16[r] = s;
@@ -294,6 +296,7 @@ static void tiles_worker(void *ctx, int ith, int nth) {
                     d[r] = 0.0f;
                     isum[r] = 0;
                     lo16[r] = 0;
+                    di[r] = 0.0f;
                 }
             }
         }

@@ -181,13 +181,15 @@ struct pk_args {
 
 /* q8x activations in the int8 tile order: per 16 activation rows (a tile), per 32-column block,
  * PK_ACT_TILE_B bytes: the 16 rows' codes (row r at 32 r: one TILELOADD of stride 32), then
- * their d (16 f32), their isum (16 int32) and the sums of their first 16 codes (16 int32: Q2_K's
- * mins, which scale each 16-column half). Rows past m are zero (they add nothing and are never
- * stored). */
-#define PK_ACT_TILE_B 704
+ * their d (16 f32), their isum (16 int32), the sums of their first 16 codes (16 int32: Q2_K's
+ * mins, which scale each 16-column half) and d * isum (16 f32, the product the offset term of
+ * Q4_1, Q5_1, Q4_K and Q5_K scales by, made once per row and block instead of once per row group
+ * in the tile kernel's f32 step). Rows past m are zero (they add nothing and are never stored). */
+#define PK_ACT_TILE_B 768
 #define PK_ACT_TILE_D 512
 #define PK_ACT_TILE_ISUM 576
 #define PK_ACT_TILE_LO 640
+#define PK_ACT_TILE_DI 704
 
 /* The plain-C packed kernel (the reference twin of the AVX-512 and AMX ones; matmul_packed.c).
  * With bf16_tiles, the twin of the bf16 tiles: the same bf16 weights and activations, summed in

@@ -224,11 +224,11 @@ NM_INLINE void amx_unpack_blk(const enum dtype t, const uint8_t *u, int s, uint8
 
 /* The f32 step of one block for the first rows (<= 16) activation rows of a tile: c0 (and the
  * half-tile types' c1) the stored C tile(s), 16 x 16 int32; prm the panel entry's vectors; ad, ai,
- * al the rows' q8x d, isum and first-16 sum of the block (the activation tile's entry,
- * pk_args.act_tiles). Per row the same operations, in the same order, as the VNNI kernel
+ * al, adi the rows' q8x d, isum, first-16 sum and d * isum of the block (the activation tile's
+ * entry, pk_args.act_tiles). Per row the same operations, in the same order, as the VNNI kernel
  * (x86-avx512/packed.c). */
 NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1, const float *prm, const float *ad,
-                        const int32_t *ai, const int32_t *al, __m512 *acc, int rows) {
+                        const int32_t *ai, const int32_t *al, const float *adi, __m512 *acc, int rows) {
     const __m512 sc = _mm512_load_ps(prm);
     NM_UNROLL for (int r = 0; r < 16; r++) {
         if (r >= rows) break; /* rows past m: zeros of the activation tile, never stored */
@@ -244,12 +244,12 @@ NM_INLINE void amx_post(const enum dtype t, const int32_t *c0, const int32_t *c1
         case DTYPE_Q4_1:
         case DTYPE_Q5_1:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
-            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(adi[r]), acc[r]);
             break;
         case DTYPE_Q4_K:
         case DTYPE_Q5_K:
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ci), _mm512_mul_ps(sc, _mm512_set1_ps(ad[r])), acc[r]);
-            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(ad[r] * (float)ai[r]), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_load_ps(prm + 16), _mm512_set1_ps(adi[r]), acc[r]);
             break;
         case DTYPE_Q6_K:
         case DTYPE_Q3_K:
@@ -343,6 +343,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_AD(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_D))
 #define AMX_AI(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_ISUM))
 #define AMX_AL(b) ((const int32_t *)(AMX_A(b) + PK_ACT_TILE_LO))
+#define AMX_ADI(b) ((const float *)(AMX_A(b) + PK_ACT_TILE_DI))
 #define AMX_B(b) (pnl + (size_t)(jit ? (b) & (AMX_RING - 1) : (b)) * ps)
 #define AMX_U(b)                                                                                            \
     do {                                                                                                    \
@@ -358,7 +359,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_POST2(b, cbi)                                                                                   \
     do {                                                                                                    \
         amx_post(t, cb + 256 * (cbi), NULL, (const float *)(AMX_B(b) + AMX_PANEL_B), AMX_AD(b), AMX_AI(b),  \
-                 AMX_AL(b), acc, rows);                                                                     \
+                 AMX_AL(b), AMX_ADI(b), acc, rows);                                                         \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
     for (int64_t b = 0; b < AMX_AHEAD; b++) AMX_U(b);
@@ -380,7 +381,7 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #define AMX_Q6_POST(b)                                                                                      \
     do {                                                                                                    \
         amx_post(t, cb + 512 * ((b) & 1), cb + 512 * ((b) & 1) + 256, (const float *)(AMX_B(b) + AMX_PANEL_B), \
-                 AMX_AD(b), AMX_AI(b), AMX_AL(b), acc, rows);                                               \
+                 AMX_AD(b), AMX_AI(b), AMX_AL(b), AMX_ADI(b), acc, rows);                                   \
         AMX_CHUNK(b);                                                                                       \
     } while (0)
         AMX_Q6_L(0);
@@ -436,6 +437,8 @@ NM_INLINE void amx_i8_dot(const enum dtype t, const uint8_t *ab, uint8_t *pnl, s
 #undef AMX_A
 #undef AMX_AD
 #undef AMX_AI
+#undef AMX_AL
+#undef AMX_ADI
 #undef AMX_B
 #undef AMX_U
 #undef AMX_CHUNK
