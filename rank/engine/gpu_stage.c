@@ -106,35 +106,6 @@ struct gpu_stage {
     float *hook_buf;
 };
 
-/* The most rows of a chunk that take the decode path (layer_decode: the fused kernels, and one
- * CUDA graph per row count): CUK_GEMV_MAX_ROWS, and up to DECODE_MAX_ROWS when the stage's layers
- * are dense and every matmul of them and the head runs on the int8 tensor cores at that many rows,
- * as their q8 activations allow (k a multiple of 32). Then a server's step of 16 decode rows and a
- * 32-row piece of a new prompt is one graph on the tensor cores instead of cuBLAS's GEMMs on f16
- * copies launched one by one (measured: RESULTS.md, session 22), and its decode rows get the same
- * bits as in a step of their own (the tensor-core matmul's arithmetic does not depend on the row
- * count). */
-static int decode_rows_of(struct gpu_stage *s) {
-    const int m = NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows));
-    if (m <= CUK_GEMV_MAX_ROWS || s->n_expert > 0) return CUK_GEMV_MAX_ROWS;
-    const struct gmat *w[8];
-    for (int64_t l = -1; l < s->cfg.n_layer - s->layer_first; l++) {
-        int nw = 0;
-        if (l < 0) {
-            w[nw++] = &s->output;
-        } else {
-            const struct glayer *L = &s->layers[l];
-            const struct gmat *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < NM_ARRAY_LEN(lw); i++) w[nw++] = lw[i];
-        }
-        for (int i = 0; i < nw; i++)
-            if (w[i]->k % 32 != 0 || !cuk_q8_tensor_cores(s->ctx, w[i]->type, CUK_GEMV_MAX_ROWS + 1) ||
-                !cuk_q8_tensor_cores(s->ctx, w[i]->type, m))
-                return CUK_GEMV_MAX_ROWS;
-    }
-    return m;
-}
-
 /* ---- the prompt path's f16 copies ------------------------------------------------------------
  * A prompt's matmul (more than CUK_GEMV_MAX_ROWS rows; more than CUK_MMQ_MAX_ROWS for the types
  * of the int8 tensor cores) is a cuBLAS GEMM on f16 weights. Without
@@ -145,12 +116,14 @@ static int decode_rows_of(struct gpu_stage *s) {
  * (the same dequantization kernel), so the same results up to cuBLAS's choice of algorithm for
  * the shape. Not for the MoE experts (their prompt path is the expert GEMV). NM_GPU_F16=0: none. */
 
-/* The dense matmul weights of the stage that take the prompt GEMM, into w (up to cap); their count. */
-static int dense_mats(struct gpu_stage *s, struct gmat **w, int cap) {
+/* The dense matmul weights of the stage (its layers' and the head's; not the MoE experts), into w
+ * (up to cap, 7 a layer and the head); their count. Without f32, those of F32 are left out (the
+ * prompt GEMM's f16 copies are not made for them). */
+static int dense_mats(struct gpu_stage *s, struct gmat **w, int cap, bool f32) {
     int n = 0;
 #define ADD(m)                                                                                                     \
     do {                                                                                                           \
-        if ((m)->d && (m)->n_expert == 0 && (m)->type != DTYPE_F32) {                                              \
+        if ((m)->d && (m)->n_expert == 0 && (f32 || (m)->type != DTYPE_F32)) {                                     \
             NM_ASSERT(n < cap);                                                                                    \
             w[n++] = (m);                                                                                          \
         }                                                                                                          \
@@ -172,6 +145,37 @@ static int dense_mats(struct gpu_stage *s, struct gmat **w, int cap) {
     return n;
 }
 
+/* The most rows of a chunk that take the decode path (layer_decode: the fused kernels, and one
+ * CUDA graph per row count): CUK_GEMV_MAX_ROWS, and up to DECODE_MAX_ROWS when the stage's layers
+ * are dense and every matmul of them and the head runs on the int8 tensor cores at that many rows,
+ * as their q8 activations allow (k a multiple of 32); *why says what kept it at CUK_GEMV_MAX_ROWS
+ * ("" when nothing did). Then a server's step of 16 decode rows and a 32-row piece of a new prompt
+ * is one graph on the tensor cores instead of cuBLAS's GEMMs on f16 copies launched one by one
+ * (measured: RESULTS.md, session 22). By construction (not checked by a test), its decode rows
+ * also get the bits of a step of their own: the tensor-core matmul's arithmetic does not depend
+ * on the row count, and decode rows take the one-row attention kernel either way. */
+static int decode_rows_of(struct gpu_stage *s, const char **why) {
+    const int m = NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows));
+    *why = "";
+    if (m <= CUK_GEMV_MAX_ROWS) return CUK_GEMV_MAX_ROWS;
+    if (s->n_expert > 0) {
+        *why = "; MoE layers";
+        return CUK_GEMV_MAX_ROWS;
+    }
+    const int cap = (int)(7 * (s->cfg.n_layer - s->layer_first) + 1);
+    struct gmat **w = malloc((size_t)cap * sizeof *w);
+    NM_ASSERT(w);
+    const int nw = dense_mats(s, w, cap, true);
+    int rows = m;
+    for (int i = 0; i < nw && rows == m; i++)
+        if (w[i]->k % 32 != 0 || !cuk_q8_tensor_cores(s->ctx, w[i]->type, m)) {
+            *why = "; not every matmul on the tensor cores";
+            rows = CUK_GEMV_MAX_ROWS;
+        }
+    free(w);
+    return rows;
+}
+
 static void keep_f16(struct gpu_stage *s) {
     const char *env = getenv("NM_GPU_F16");
     if (env && strcmp(env, "0") == 0) {
@@ -181,7 +185,7 @@ static void keep_f16(struct gpu_stage *s) {
     const int cap = (int)(7 * (s->cfg.n_layer - s->layer_first) + 1);
     struct gmat **w = malloc((size_t)cap * sizeof *w);
     NM_ASSERT(w);
-    const int nw = dense_mats(s, w, cap);
+    const int nw = dense_mats(s, w, cap, false);
     size_t bytes = 0;
     for (int i = 0; i < nw; i++)
         if (w[i]->type != DTYPE_F16 || w[i]->row_bytes != (size_t)w[i]->k * 2)
@@ -598,7 +602,8 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     }
     if (!st && cuk_ctx_reserve_gemm(s->ctx, s->n_batch, max_k, tile_bytes, err, errlen)) st = NM_ERR_NOMEM;
     /* a decode row's attention over spans of its positions, taken by several blocks at once */
-    s->decode_rows = decode_rows_of(s);
+    const char *decode_why;
+    s->decode_rows = decode_rows_of(s, &decode_why);
     if (!st && cuk_ctx_reserve_attention(s->ctx, s->decode_rows, (int)c->n_head, c->head_dim_v, s->n_ctx_seq, err,
                                          errlen))
         st = NM_ERR_NOMEM;
@@ -632,11 +637,7 @@ enum nm_status gpu_stage_open(struct gpu_stage **out, const struct gguf_file *f,
     nm_log_info("GPU: decode (steps of up to %d rows%s): block-quantized weights on int8 activations (dp4a GEMV; "
                 "from %d rows of Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K int8 tensor cores, and prompt chunks of up to %d rows%s), "
                 "fused norm/rope/KV/residual kernels, %s, %s",
-                s->decode_rows,
-                s->decode_rows < NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows)) && s->n_batch > s->decode_rows
-                    ? (s->n_expert > 0 ? "; MoE layers" : "; not every matmul on the tensor cores")
-                    : "",
-                CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
+                s->decode_rows, decode_why, CUK_MMQ_MIN_ROWS, CUK_MMQ_MAX_ROWS,
                 cuk_q8_tensor_cores(s->ctx, DTYPE_Q4_0, CUK_GEMV_MAX_ROWS) ? "" : ": off here",
                 s->use_graph ? "one CUDA graph per step" : "no CUDA graph (NM_GPU_GRAPHS=0)",
                 cuk_ctx_overlaps_launches(s->ctx) ? "each kernel starting while the one before finishes"

@@ -1054,7 +1054,8 @@ static void test_topk(krng *r) {
             for (int j = 0; j < q[i].k; j++)
                 if (ids[at + j] != c[j].id || vals[at + j] != c[j].v) {
                     ktest_fail("topk n=%lld%s row %d (request %d) k=%d penalty=%.1f: [%d] got (%d, %g) want (%d, %g)",
-                               (long long)n, greedy ? " (every row k=1)" : "", (int)q[i].row, i, q[i].k, (double)q[i].penalty, j, ids[at + j],
+                               (long long)n, greedy ? " (every row k=1)" : "", (int)q[i].row, i, q[i].k,
+                               (double)q[i].penalty, j, ids[at + j],
                                (double)vals[at + j], c[j].id, (double)c[j].v);
                     break;
                 }
