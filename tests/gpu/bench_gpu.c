@@ -4,7 +4,8 @@
  *                                   bandwidth; prompt GEMM TFLOP/s for the 8B layer. With types
  *                                   (names as --type takes them, or "all" for every type), the
  *                                   llama-3-8b layer in those types only
- *   bench_gpu rows [TYPE ...]       one llama-3-8b layer (Q4_0 without types) for m = 1 .. 32
+ *   bench_gpu rows [--preset P] [TYPE ...]
+ *                                   one llama-3-8b (or qwen2.5-0.5b) layer (Q4_0 without types) for m = 1 .. 64
  *                                   activation rows, as batched decode runs it: the decode path
  *                                   (q8 activations, dp4a GEMV or int8 tensor cores, where
  *                                   cuk_gemv_q8 takes m rows) and dequantized tiles + cuBLAS, us per layer
@@ -31,9 +32,14 @@ static double g_bw;
 
 struct shape { const char *name; int64_t k, n; };
 
-/* the 7 matmuls of a llama-3-8b layer */
-static const struct shape L8[7] = {{"q", 4096, 4096}, {"k", 4096, 1024}, {"v", 4096, 1024}, {"o", 4096, 4096},
-                                   {"gate", 4096, 14336}, {"up", 4096, 14336}, {"down", 14336, 4096}};
+/* the 7 matmuls of a llama-3-8b layer, and its head */
+static const struct shape L8[8] = {{"q", 4096, 4096},     {"k", 4096, 1024},     {"v", 4096, 1024},
+                                   {"o", 4096, 4096},     {"gate", 4096, 14336}, {"up", 4096, 14336},
+                                   {"down", 14336, 4096}, {"head", 4096, 128256}};
+/* and of qwen2.5-0.5b */
+static const struct shape q05[8] = {{"q", 896, 896},     {"k", 896, 128},      {"v", 896, 128},
+                                    {"o", 896, 896},     {"gate", 896, 4864},  {"up", 896, 4864},
+                                    {"down", 4864, 896}, {"head", 896, 151936}};
 
 /* A weight of shape sh in type t on the device: random blocks, one row pattern repeated (content
  * does not change the speed). *bytes: its size. */
@@ -149,8 +155,6 @@ static void bench_layer(const char *model, const struct shape *sh, int n_sh, enu
 }
 
 static int bench_layers(int n_types, char **type_names) {
-    const struct shape q05[] = {{"q", 896, 896}, {"k", 896, 128}, {"v", 896, 128}, {"o", 896, 896},
-                                {"gate", 896, 4864}, {"up", 896, 4864}, {"down", 4864, 896}};
     char why[256];
     if (cuk_ctx_reserve_gemm(g_ctx, 512, 14336, 64 << 20, why, sizeof why)) {
         fprintf(stderr, "%s\n", why);
@@ -183,7 +187,30 @@ static int bench_layers(int n_types, char **type_names) {
  * cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes m rows, and the prompt path
  * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
  * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
-static void bench_rows(const struct shape *sh, enum dtype t) {
+/* The decode path's launches of one layer one at a time (q8 quantization, Q/K/V, O, gate/up,
+ * down) and the head's (o[7], sh[7]), us per launch at m rows: where a layer's time goes as the row count grows. */
+static void rows_by_launch(const struct shape *sh, enum dtype t, void *xq, const float *x, const struct cuk_gemv_out *o, int m) {
+    const char *names[6] = {"quantize", "q/k/v", "o", "gate/up", "down", "head"};
+    const int first[6] = {0, 0, 3, 4, 6, 7}, count[6] = {0, 3, 1, 2, 1, 1};
+    printf("|%d rows, us per launch |", m);
+    for (int g = 0; g < 6; g++) {
+        const int reps = 200;
+        double s = 0;
+        for (int rep = 0; rep < reps + 10; rep++) {
+            if (rep == 10) {
+                cuk_sync(g_ctx);
+                s = nm_time_s();
+            }
+            if (!count[g]) cuk_quantize_q8(g_ctx, xq, x, sh[0].k, m, sh[0].k);
+            else cuk_gemv_q8(g_ctx, t, sh[first[g]].k, xq, m, o + first[g], count[g]);
+        }
+        cuk_sync(g_ctx);
+        printf(" %s %.2f |", names[g], (nm_time_s() - s) / reps * 1e6);
+    }
+    printf("\n");
+}
+
+static void bench_rows(const char *model, const struct shape *sh, enum dtype t) {
     enum { N_SH = 7, MAX_M = 64 };
     krng r = {42};
     void *w[N_SH], *w16[N_SH];
@@ -209,10 +236,16 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
         cuk_h2d(g_ctx, x, hx, (size_t)(MAX_M * kmax) * 4);
         free(hx);
     }
-    struct cuk_gemv_out o[N_SH];
+    /* and the head (sh[N_SH]), for rows_by_launch only */
+    size_t head_bytes;
+    void *w_head = upload_weight(&r, t, &sh[N_SH], &head_bytes);
+    float *y_head = cuk_malloc(g_ctx, (size_t)(MAX_M * sh[N_SH].n) * 4, "y", NULL, 0);
+    NM_ASSERT(y_head);
+    struct cuk_gemv_out o[N_SH + 1];
     for (int i = 0; i < N_SH; i++) o[i] = (struct cuk_gemv_out){.w = w[i], .n = sh[i].n, .y = ys[i], .ldy = sh[i].n};
+    o[N_SH] = (struct cuk_gemv_out){.w = w_head, .n = sh[N_SH].n, .y = y_head, .ldy = sh[N_SH].n};
     const bool q8 = cuk_gemv_q8_supported(t);
-    printf("llama-3-8b layer, %s, %.1f MiB: us per layer (GB/s of weights)%s\n", dtype_get(t)->name,
+    printf("%s layer, %s, %.1f MiB: us per layer (GB/s of weights)%s\n", model, dtype_get(t)->name,
            (double)total / (1 << 20), q8 ? "" : " [no q8 GEMV for this type: the f32-activation GEMV, one pass per row]");
     printf("| rows | decode path | kernel | vs 1 row | tiles + cuBLAS | tiles vs 1 row's decode path | f16 copies + "
            "cuBLAS | copies vs 1 row's decode path |\n"
@@ -269,11 +302,16 @@ static void bench_rows(const struct shape *sh, enum dtype t) {
         printf("| %d | %s | %s | %s | %.1f (%.0f) | %.2fx | %.1f | %.2fx |\n", m, gv, kern, gr, sg * 1e6,
                (double)total / sg / 1e9, sg / t1, sc * 1e6, sc / t1);
     }
+    const int by_launch[] = {1, 16, 24, 32, 48};
+    for (size_t i = 0; q8 && i < NM_ARRAY_LEN(by_launch); i++)
+        if (cuk_gemv_q8_takes(g_ctx, t, by_launch[i])) rows_by_launch(sh, t, xq, x, o, by_launch[i]);
     for (int i = 0; i < N_SH; i++) {
         cuk_free(w16[i]);
         cuk_free(w[i]);
         cuk_free(ys[i]);
     }
+    cuk_free(w_head);
+    cuk_free(y_head);
     cuk_free(x);
     cuk_free(xq);
 }
@@ -438,20 +476,30 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s\n", err);
             rc = 1;
         }
-        for (int a = 2; !rc && a <= NM_MAX(2, argc - 1); a++) {
+        int a0 = 2;
+        const char *model = "llama-3-8b";
+        if (argc >= 4 && strcmp(argv[2], "--preset") == 0) {
+            model = argv[3];
+            a0 = 4;
+            if (strcmp(model, "llama-3-8b") != 0 && strcmp(model, "qwen2.5-0.5b") != 0) {
+                fprintf(stderr, "bench_gpu rows: --preset takes llama-3-8b or qwen2.5-0.5b, not %s\n", model);
+                rc = 2;
+            }
+        }
+        for (int a = a0; !rc && a <= NM_MAX(a0, argc - 1); a++) {
             const int t = a < argc ? dtype_from_name(argv[a]) : DTYPE_Q4_0;
             if (t < 0 || !cuk_matmul_type_supported((enum dtype)t)) {
                 fprintf(stderr, "bench_gpu rows: unknown type or no CUDA kernel: %s (types: %s)\n", argv[a],
                         dtype_supported_list());
                 rc = 2;
             } else {
-                bench_rows(L8, (enum dtype)t);
+                bench_rows(model, strcmp(model, "llama-3-8b") == 0 ? L8 : q05, (enum dtype)t);
             }
         }
         cuk_ctx_free(g_ctx);
         return rc;
     }
     if (argc >= 5 && strcmp(argv[1], "stage") == 0) return bench_stage(argv[2], argv[3], argv[4]);
-    fprintf(stderr, "usage: %s layers [TYPE ... | all] | rows [TYPE ...] | stage PRESET TYPE DIR\n", argv[0]);
+    fprintf(stderr, "usage: %s layers [TYPE ... | all] | rows [--preset llama-3-8b|qwen2.5-0.5b] [TYPE ...] | stage PRESET TYPE DIR\n", argv[0]);
     return 2;
 }
