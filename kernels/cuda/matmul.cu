@@ -663,10 +663,12 @@ __global__ void __launch_bounds__(GQ_WARPS * 32)
  * gives them, thread t's words t and 4 + t for rows g = lane / 4 and g + 8) against 8 activation
  * rows (B: the same words of activation rows g, from the q8 buffer's fragment layout tq/ts,
  * cuk_q8buf), giving each (weight row, activation row) its exact integer sum;
- * QV::step then adds the unit's float step, as the GEMV does. A block of MQ_WARPS warps takes 16
- * weight rows (of the outputs stacked) and splits their units in MQ_WARPS contiguous slices; a
- * warp streams its slice in chunks of MQ_CU units of all 16 rows into shared memory (cp.async,
- * MQ_DEPTH stages in flight), so each weight byte is read once for all the rows. The warps' sums
+ * QV::step then adds the unit's float step, as the GEMV does. A block of MQ_WARPS warps takes
+ * groups of 16 weight rows (of the outputs stacked): one group whose units it splits in MQ_WARPS
+ * contiguous slices, or, for a tall launch (mmq_tall), MQ_WARPS groups, one warp each (WPG: warps
+ * per group, MQ_WARPS or 1); a warp streams its slice in chunks of MQ_CU units of its 16 rows
+ * into shared memory (cp.async, MQ_DEPTH stages in flight), so each weight byte is read once for
+ * all the activation rows. The warps' sums
  * are added in warp order: the same bits every run for a given row count, though not the GEMV's
  * (which sums in another order), so on the GPU a row's low bits depend on whether its step had
  * fewer than CUK_MMQ_MIN_ROWS rows. NT: n-tiles of 8 activation rows. */
@@ -710,21 +712,24 @@ __device__ __forceinline__ void mma_s8(int *c, const int *a, int b0, int b1) {
 #ifndef NM_MQ_MIN_BLOCKS
 #define NM_MQ_MIN_BLOCKS 2 /* (a build option for measurements) */
 #endif
-template <class Q, int NT>
+template <class Q, int NT, int WPG>
 __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
     mmq_kernel(gemv_q8_outs o, size_t row_bytes, int units, int chunk_bytes, const int8_t *__restrict__ tq,
                const cuk_q8s *__restrict__ ts, int R, int m, int vec) {
+    static_assert(MQ_WARPS % WPG == 0, "whole groups of warps");
+    constexpr int GROUPS = MQ_WARPS / WPG; /* groups of 16 weight rows per block */
     extern __shared__ __align__(16) uint8_t mq_stage[]; /* [MQ_WARPS][MQ_DEPTH][16][chunk_bytes] */
-    __shared__ const uint8_t *src_row[16]; /* where weight row row0 + r starts (past the end: the last row) */
+    __shared__ const uint8_t *src_row[16 * GROUPS]; /* where weight row row0 + r starts (past the end: the last row) */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16;
-    if (threadIdx.x < 16) {
+    const int row0 = blockIdx.x * 16 * GROUPS;
+    if (threadIdx.x < 16 * GROUPS) {
         const gq_out d = gq_find(o, NM_MIN(row0 + (int)threadIdx.x, o.n_rows - 1));
         src_row[threadIdx.x] = d.w + (size_t)d.row * row_bytes;
     }
     __syncthreads();
-    const int chunks = (units + MQ_CU - 1) / MQ_CU, per_warp = (chunks + MQ_WARPS - 1) / MQ_WARPS;
-    const int c_first = warp * per_warp, n_items = NM_MAX(0, NM_MIN(chunks, c_first + per_warp) - c_first);
+    const int chunks = (units + MQ_CU - 1) / MQ_CU, per_warp = (chunks + WPG - 1) / WPG;
+    const int c_first = warp % WPG * per_warp, n_items = NM_MAX(0, NM_MIN(chunks, c_first + per_warp) - c_first);
+    const uint8_t *const *my_rows = src_row + warp / WPG * 16; /* this warp's group of 16 rows */
     uint8_t *buf = mq_stage + (size_t)warp * MQ_DEPTH * 16 * chunk_bytes;
     constexpr int FULL = MQ_CU / Q::UPB * Q::BB; /* bytes of a whole chunk of one row */
     auto fetch = [&](int it) {
@@ -739,13 +744,13 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
 #pragma unroll
                 for (int p = lane; p < 16 * PR; p += 32) {
                     const int r = p / PR, off = (p % PR) * 16;
-                    cp_async(dst + r * chunk_bytes + off, src_row[r] + (size_t)c * FULL + off, 16);
+                    cp_async(dst + r * chunk_bytes + off, my_rows[r] + (size_t)c * FULL + off, 16);
                 }
             } else { /* the last chunk of a row, or a row start that allows only narrower loads */
                 const int per_row = nbytes / v;
                 for (int p = lane; p < 16 * per_row; p += 32) {
                     const int r = p / per_row, off = (p % per_row) * v;
-                    const uint8_t *src = src_row[r] + (size_t)c * FULL + off;
+                    const uint8_t *src = my_rows[r] + (size_t)c * FULL + off;
                     if (v >= 4) cp_async(dst + r * chunk_bytes + off, src, v);
                     else *(uint16_t *)(dst + r * chunk_bytes + off) = __ldg((const uint16_t *)src);
                 }
@@ -811,13 +816,15 @@ __global__ void __launch_bounds__(MQ_WARPS * 32, NM_MQ_MIN_BLOCKS)
         rw[(g + 8) * LR + 1] = acc[nt][3];
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < 16 * m; i += MQ_WARPS * 32) {
-        const int r = i % 16, col = i / 16;
-        if (row0 + r >= o.n_rows) continue;
-        float v = red[r * LR + col];
+    for (int i = threadIdx.x; i < GROUPS * 16 * m; i += MQ_WARPS * 32) {
+        const int gr = GROUPS == 1 ? 0 : i / (16 * m), r = i % 16, col = GROUPS == 1 ? i / 16 : i / 16 % m;
+        const int row = row0 + gr * 16 + r;
+        if (row >= o.n_rows) continue;
+        const float *rs = red + (size_t)gr * WPG * 16 * LR + r * LR + col; /* the group's first warp */
+        float v = rs[0];
 #pragma unroll
-        for (int w = 1; w < MQ_WARPS; w++) v += red[(size_t)w * 16 * LR + r * LR + col];
-        const gq_out d = gq_find(o, row0 + r);
+        for (int w = 1; w < WPG; w++) v += rs[(size_t)w * 16 * LR];
+        const gq_out d = gq_find(o, row);
         float *y = d.y + (int64_t)col * d.ldy + d.row;
         const float b = d.bias ? v + d.bias[d.row] : v;
         *y = d.accumulate ? *y + b : b;
@@ -1223,18 +1230,34 @@ extern "C" bool cuk_gemv_q8_takes(const struct cuk_ctx *c, enum dtype t, int m) 
     return cuk_gemv_q8_supported(t) && m >= 1 && (m <= CUK_GEMV_MAX_ROWS || cuk_q8_tensor_cores(c, t, m));
 }
 
-/* mmq_kernel<QQ, NT> over the outputs' rows in blocks of 16. */
-template <class QQ, int NT>
+/* Whether a launch is tall enough to give each group of 16 weight rows one warp, which takes the
+ * whole of K, instead of MQ_WARPS warps that take slices of it: at NM_MQ_TALL groups per SM, one
+ * warp a group already fills the device, so splitting K only added blocks whose life is a chunk
+ * or two and a reduction across warps. A property of the shape alone, so a row's sum order (and
+ * its bits) does not depend on the row count. Heads are the launches it takes (qwen2.5-0.5b's
+ * 151936 x 896, llama-3-8b's 128256 x 4096). Job 5 of session 23, H200, `bench_gpu rows`, us per
+ * head launch at 16 / 48 rows: qwen2.5-0.5b Q4_0 134.0 / 213.9 -> 73.1 / 131.2 (one row's GEMV:
+ * 66.5); llama-3-8b Q4_0 164.1 / 334.6 -> 155.9 / 344.4, Q4_K 193.3 / 354.8 -> 181.9 / 367.7. At
+ * 4 groups per SM (gate/up too) qwen2.5-0.5b's gate/up at 16 rows went 9.63 -> 10.78 us. */
+#ifndef NM_MQ_TALL
+#define NM_MQ_TALL 16 /* (a build option for measurements: groups of 16 rows per SM; 0: never) */
+#endif
+static bool mmq_tall(const struct cuk_ctx *c, int64_t n_rows) {
+    return NM_MQ_TALL > 0 && (n_rows + 15) / 16 >= (int64_t)NM_MQ_TALL * c->sm_count;
+}
+
+/* mmq_kernel<QQ, NT, WPG> over the outputs' rows in groups of 16. */
+template <class QQ, int NT, int WPG>
 void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int chunk_bytes, size_t smem,
             const cuk_q8buf &b, int m, int vec) {
     static bool ready = false; /* per instantiation and process (one device per GPU rank) */
     if (!ready) {
-        CUK_CHECK(cudaFuncSetAttribute(mmq_kernel<QQ, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        CUK_CHECK(cudaFuncSetAttribute(mmq_kernel<QQ, NT, WPG>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                   "shared memory of the tensor-core q8 matmul");
         ready = true;
     }
-    const unsigned blocks = (unsigned)((o.n_rows + 15) / 16);
-    cuk_launch(c, "mmq", mmq_kernel<QQ, NT>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes,
+    const unsigned blocks = (unsigned)((o.n_rows + 16 * (MQ_WARPS / WPG) - 1) / (16 * (MQ_WARPS / WPG)));
+    cuk_launch(c, "mmq", mmq_kernel<QQ, NT, WPG>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes,
                (const int8_t *)b.tq, (const cuk_q8s *)b.ts, b.R, m, vec);
 }
 
@@ -1248,7 +1271,8 @@ void mmq_pick(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, in
             return;
         }
     }
-    mmq_go<QQ, NT>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+    if (mmq_tall(c, o.n_rows)) mmq_go<QQ, NT, 1>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
+    else mmq_go<QQ, NT, MQ_WARPS>(c, o, rb, k, chunk_bytes, smem, b, m, vec);
 }
 
 template <class QQ>

@@ -384,6 +384,14 @@ static void test_gemv_q8(krng *r) {
     const struct { enum dtype t; int64_t k; } bt[] = {{DTYPE_Q4_0, 4096 + 96}, {DTYPE_Q6_K, 4096 + 512}, {DTYPE_IQ4_XS, 4096 + 512}};
     for (size_t i = 0; i < NM_ARRAY_LEN(bt); i++) check_gemv_q8(r, bt[i].t, bt[i].k, big, 3, 2);
     printf("gemv_q8, several rows per warp: checked\n");
+    /* tall matrices on the tensor cores: the kernel gives each group of 16 weight rows fewer
+     * warps (K slices) as the row count grows, down to one warp a group (mmq_warps_per_group) */
+    const int64_t tall[3] = {40000, 17, 9000};
+    const struct { enum dtype t; int64_t k; int m; const int64_t *ns; } tt[] = {
+        {DTYPE_Q4_0, 896, 16, tall}, {DTYPE_Q4_0, 4096 + 96, 24, tall}, {DTYPE_Q4_K, 4096 + 512, 16, big}, {DTYPE_Q5_0, 512, 9, tall}};
+    for (size_t i = 0; i < NM_ARRAY_LEN(tt); i++)
+        if (cuk_q8_tensor_cores(g_ctx, tt[i].t, tt[i].m)) check_gemv_q8(r, tt[i].t, tt[i].k, tt[i].ns, 3, tt[i].m);
+    printf("gemv_q8, tall matrices on the tensor cores: checked\n");
     /* the fused producers: rmsnorm_q8 and swiglu_q8 give op_rmsnorm / op_swiglu and the q8 of it */
     const int rows = 6; /* (the q8 buffer holds the tensor cores' copy too) */
     const int64_t n = 896; /* 3.5 of rmsnorm_q8's 256-value blocks */
