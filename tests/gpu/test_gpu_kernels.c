@@ -384,8 +384,9 @@ static void test_gemv_q8(krng *r) {
     const struct { enum dtype t; int64_t k; } bt[] = {{DTYPE_Q4_0, 4096 + 96}, {DTYPE_Q6_K, 4096 + 512}, {DTYPE_IQ4_XS, 4096 + 512}};
     for (size_t i = 0; i < NM_ARRAY_LEN(bt); i++) check_gemv_q8(r, bt[i].t, bt[i].k, big, 3, 2);
     printf("gemv_q8, several rows per warp: checked\n");
-    /* tall matrices on the tensor cores: the kernel gives each group of 16 weight rows fewer
-     * warps (K slices) as the row count grows, down to one warp a group (mmq_warps_per_group) */
+    /* tall launches on the tensor cores: from NM_MQ_TALL groups of 16 weight rows per SM (2112 on
+     * an H200: tall's 49017 rows) one warp takes a group's whole K (mmq_tall); big's 29017 rows
+     * stay on 8 warps a group */
     const int64_t tall[3] = {40000, 17, 9000};
     const struct { enum dtype t; int64_t k; int m; const int64_t *ns; } tt[] = {
         {DTYPE_Q4_0, 896, 16, tall}, {DTYPE_Q4_0, 4096 + 96, 24, tall}, {DTYPE_Q4_K, 4096 + 512, 16, big}, {DTYPE_Q5_0, 512, 9, tall}};
