@@ -151,9 +151,9 @@ static int dense_mats(struct gpu_stage *s, struct gmat **w, int cap, bool f32) {
  * as their q8 activations allow (k a multiple of 32); *why says what kept it at CUK_GEMV_MAX_ROWS
  * ("" when nothing did). Then a server's step of 16 decode rows and a 32-row piece of a new prompt
  * is one graph on the tensor cores instead of cuBLAS's GEMMs on f16 copies launched one by one
- * (measured: RESULTS.md, session 22). By construction (not checked by a test), its decode rows
- * also get the bits of a step of their own: the tensor-core matmul's arithmetic does not depend
- * on the row count, and decode rows take the one-row attention kernel either way. */
+ * (measured: RESULTS.md, session 22). Its decode rows also get the bits of a step of their own:
+ * the tensor-core matmul's arithmetic does not depend on the row count, and decode rows take the
+ * one-row attention kernel either way (test_gpu_stage, decode_rows_keep_bits). */
 static int decode_rows_of(struct gpu_stage *s, const char **why) {
     const int m = NM_MIN(DECODE_MAX_ROWS, NM_MIN(s->n_batch, s->logit_rows));
     *why = "";
@@ -676,6 +676,7 @@ int64_t gpu_stage_seq_pos(const struct gpu_stage *s, int seq) {
     return s->seq_pos[seq];
 }
 int64_t gpu_stage_n_past(const struct gpu_stage *s) { return gpu_stage_seq_pos(s, 0); }
+int gpu_stage_decode_rows(const struct gpu_stage *s) { return NM_MIN(s->decode_rows, s->logit_rows); }
 int64_t gpu_stage_n_ctx(const struct gpu_stage *s) { return s->n_ctx; }
 uint64_t gpu_stage_weight_bytes_uploaded(const struct gpu_stage *s) { return s->weight_bytes; }
 uint64_t gpu_stage_weight_bytes_after_load(const struct gpu_stage *s) { return s->weight_bytes_after_load; }

@@ -122,6 +122,9 @@ void gpu_stage_truncate(struct gpu_stage *s, int64_t n_past);
 int64_t gpu_stage_n_past(const struct gpu_stage *s);
 /* Positions the cache holds for all sequences together. */
 int64_t gpu_stage_n_ctx(const struct gpu_stage *s);
+/* The most rows of a chunk that take the decode path (its fused kernels and CUDA graphs): 16, or
+ * up to CUK_MMQ_MAX_ROWS where every matmul runs on the int8 tensor cores. */
+int gpu_stage_decode_rows(const struct gpu_stage *s);
 
 /* Weight bytes uploaded at open, and weight bytes moved after open finished (0 unless a bug:
  * such an upload aborts). */

@@ -149,6 +149,52 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
     free(ask);
 }
 
+/* A decode row's logits do not depend on the other rows of its step: from the same state (every
+ * sequence cut back to P positions), the rows of sequences 0 and 1 at P in a step of three decode
+ * rows (one per sequence), then next to a prompt piece of sequence 2: 8 rows, or 20 where the
+ * stage's decode path takes 20 (the types on the int8 tensor cores), as a server's step of
+ * decode rows and a new prompt's piece. Both steps take the decode path, whose per-row arithmetic
+ * (GEMV or int8 tensor cores) does not depend on the row count, so the same bits (memcmp). h holds
+ * P + 18 positions at least. */
+static void decode_rows_keep_bits(struct gpu_stage *s, const float *h, int64_t E, int64_t V, int64_t P) {
+    enum { NA = 3, NMAX = 20 };
+    const int NB = gpu_stage_decode_rows(s) >= NMAX ? NMAX : 8;
+    float *la = malloc((size_t)(NA * V) * sizeof(float)), *lb = malloc((size_t)(NB * V) * sizeof(float));
+    float *hid = malloc((size_t)(NB * E) * sizeof(float));
+    int32_t seq[NMAX];
+    int64_t pos[NMAX];
+    bool ask[NMAX];
+    char err[512];
+    bool ok = true;
+    for (int pass = 0; pass < 2 && ok; pass++) {
+        for (int q = 0; q < 3; q++) gpu_stage_seq_keep(s, q, P);
+        const int n = pass ? NB : NA;
+        for (int i = 0; i < n; i++) {
+            seq[i] = i < 2 ? i : 2;
+            pos[i] = i < 2 ? P : P + (i - 2);
+            ask[i] = true;
+            memcpy(hid + i * E, h + pos[i] * E, (size_t)E * sizeof(float));
+        }
+        const struct stage_batch b = {.n = n, .hidden = hid, .seq = seq, .pos = pos, .logits = ask};
+        if (gpu_stage_eval_batch(s, &b, pass ? lb : la, err, sizeof err)) {
+            FAIL("decode rows next to a prompt piece: a step of %d rows: %s", n, err);
+            ok = false;
+        }
+    }
+    for (int r = 0; r < 2 && ok; r++) {
+        int64_t differ = 0;
+        for (int64_t v = 0; v < V; v++) differ += memcmp(la + r * V + v, lb + r * V + v, sizeof(float)) != 0;
+        if (differ)
+            FAIL("sequence %d's decode row at position %lld: %lld of %lld logits differ between a step of %d decode rows "
+                 "and a step of %d rows with another sequence's prompt piece",
+                 r, (long long)P, (long long)differ, (long long)V, NA, NB);
+    }
+    if (ok) printf("  decode rows next to a prompt piece (a step of %d rows): the same bits as in a step of decode rows only\n", NB);
+    free(la);
+    free(lb);
+    free(hid);
+}
+
 /* Three sequences of the same tokens through one stage of n_seq 3 and n_batch 20: prompts in
  * batches mixing the sequences (18 rows: a run of 10 next to runs of 3 and 5; 30 rows, cut into
  * a chunk of 20 inside a run and one of the run's other 10 rows, which takes the decode path of
@@ -158,7 +204,7 @@ static void multi_seq_batch(struct gpu_stage *s, const float *h, int64_t E, int6
  * Then decode steps of one row per sequence (3 rows and their graph: the tensor cores for their
  * types, the GEMV for the others) and of two (6 rows), then sequence 1 rewound by one and that
  * row again alone (the graph of one row, at sequence 1's region). Every row against the CPU's
- * logits of its position. */
+ * logits of its position. Then decode_rows_keep_bits. */
 static void multi_seq(const struct model *m, int64_t lf, const float *h, const float *cpu, int n_prompt, int n_gen,
                       int64_t n_ctx, enum dtype kv, double tol) {
     const struct model_config *c = &m->cfg;
@@ -210,6 +256,7 @@ static void multi_seq(const struct model *m, int64_t lf, const float *h, const f
             FAIL("a row at position %lld of sequence 1 (which holds %lld) was not refused with a message naming it",
                  (long long)pos[0], (long long)gpu_stage_seq_pos(s, 1));
     }
+    if (n_prompt >= 4 && n_pos >= n_prompt + 14) decode_rows_keep_bits(s, h, E, V, n_prompt - 4);
     const double rel = acc.den > 0 ? sqrt(acc.num / acc.den) : INFINITY;
     printf("  layer_first=%lld, 3 sequences in mixed batches: logits rel L2 %.2e (worst row %.2e, tolerance %.0e) "
            "over %d rows\n",
