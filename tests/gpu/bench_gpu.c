@@ -183,12 +183,9 @@ static int bench_layers(int n_types, char **type_names) {
     return 0;
 }
 
-/* One llama-3-8b layer for m activation rows: the decode path (q8 quantization of each input and
- * cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes m rows, and the prompt path
- * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
- * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
 /* The decode path's launches of one layer one at a time (q8 quantization, Q/K/V, O, gate/up,
- * down) and the head's (o[7], sh[7]), us per launch at m rows: where a layer's time goes as the row count grows. */
+ * down) and the head's (o[7], sh[7]), us per launch at m rows: where a layer's time goes as the
+ * row count grows. */
 static void rows_by_launch(const struct shape *sh, enum dtype t, void *xq, const float *x, const struct cuk_gemv_out *o, int m) {
     const char *names[6] = {"quantize", "q/k/v", "o", "gate/up", "down", "head"};
     const int first[6] = {0, 0, 3, 4, 6, 7}, count[6] = {0, 3, 1, 2, 1, 1};
@@ -210,6 +207,10 @@ static void rows_by_launch(const struct shape *sh, enum dtype t, void *xq, const
     printf("\n");
 }
 
+/* One layer (llama-3-8b or qwen2.5-0.5b) for m activation rows: the decode path (q8 quantization of each input and
+ * cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes m rows, and the prompt path
+ * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
+ * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
 static void bench_rows(const char *model, const struct shape *sh, enum dtype t) {
     enum { N_SH = 7, MAX_M = 64 };
     krng r = {42};
@@ -491,6 +492,10 @@ int main(int argc, char **argv) {
             if (t < 0 || !cuk_matmul_type_supported((enum dtype)t)) {
                 fprintf(stderr, "bench_gpu rows: unknown type or no CUDA kernel: %s (types: %s)\n", argv[a],
                         dtype_supported_list());
+                rc = 2;
+            } else if (strcmp(model, "qwen2.5-0.5b") == 0 && 896 % dtype_get((uint32_t)t)->blck_size != 0) {
+                fprintf(stderr, "bench_gpu rows: qwen2.5-0.5b's rows of 896 values hold no whole %s block (its files "
+                                "keep those matrices in a 32-value type)\n", argv[a]);
                 rc = 2;
             } else {
                 bench_rows(model, strcmp(model, "llama-3-8b") == 0 ? L8 : q05, (enum dtype)t);
