@@ -207,10 +207,11 @@ static void rows_by_launch(const struct shape *sh, enum dtype t, void *xq, const
     printf("\n");
 }
 
-/* One layer (llama-3-8b or qwen2.5-0.5b) for m activation rows: the decode path (q8 quantization of each input and
- * cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes m rows, and the prompt path
- * (each input staged once as f16, then cuBLAS) for every m, on dequantized tiles and on the
- * weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them where they fit). */
+/* One layer (llama-3-8b or qwen2.5-0.5b) for m activation rows: the decode path (q8
+ * quantization of each input and cuk_gemv_q8, Q/K/V and gate/up one launch each) while it takes
+ * m rows, and the prompt path (each input staged once as f16, then cuBLAS) for every m, on
+ * dequantized tiles and on the weights' f16 copies (cuk_dequant_f16, as the GPU stage keeps them
+ * where they fit). */
 static void bench_rows(const char *model, const struct shape *sh, enum dtype t) {
     enum { N_SH = 7, MAX_M = 64 };
     krng r = {42};
