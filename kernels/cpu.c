@@ -66,6 +66,7 @@ static void features_detect(void) {
     const char *no_amx = getenv("NM_AMX");
     if (f->amx_tile && no_amx && strcmp(no_amx, "0") == 0) { /* measurements: the AVX-512 kernels alone */
         f->amx_tile = f->amx_int8 = f->amx_bf16 = false;
+        f->amx_env_off = true;
         nm_log_info("kernels: AMX turned off by NM_AMX=0 (the layout table says no AMX): the AVX-512 kernels instead");
     }
     if (f->amx_tile) {

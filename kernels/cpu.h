@@ -18,6 +18,7 @@ struct cpu_features {
     bool avx512vbmi;    /* optional: dot_iq_vbmi.c's grid lookups */
     bool os_avx512;     /* added: XCR0 says the OS saves the zmm/opmask state */
     bool amx_tile, amx_int8, amx_bf16; /* CPUID bits only; OS permission is separate */
+    bool amx_env_off;                  /* CPUID has AMX, and NM_AMX=0 cleared the bits above */
     /* Added (issue 4): the OS let this process use the AMX tile data state. Linux asks for it
      * with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18); cpu_features_get requests
      * it once (when CPUID has AMX-TILE) and logs a refusal once. A refusal means no AMX. */

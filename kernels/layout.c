@@ -92,7 +92,7 @@ static const char *need_missing(enum need need, enum dtype t, const struct cpu_f
         }
         const bool bits = cpu->amx_tile && (need == NEED_AMX_INT8 ? cpu->amx_int8 : cpu->amx_bf16);
         const char *what = need == NEED_AMX_INT8 ? "AMX-INT8" : "AMX-BF16";
-        if (!bits) snprintf(buf, len, "no %s in CPUID", what);
+        if (!bits) snprintf(buf, len, cpu->amx_env_off ? "%s turned off by NM_AMX=0" : "no %s in CPUID", what);
         else if (!cpu->amx_os_perm) snprintf(buf, len, "no %s: the OS refused the AMX permission", what);
         else if ((m = cpu_avx512_missing(cpu)) != NULL) snprintf(buf, len, "no %s path: %s", what, m);
         else return NULL;
