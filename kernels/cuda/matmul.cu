@@ -1256,7 +1256,8 @@ void mmq_go(struct cuk_ctx *c, const gemv_q8_outs &o, size_t rb, int64_t k, int 
                   "shared memory of the tensor-core q8 matmul");
         ready = true;
     }
-    const unsigned blocks = (unsigned)((o.n_rows + 16 * (MQ_WARPS / WPG) - 1) / (16 * (MQ_WARPS / WPG)));
+    constexpr int BLOCK_ROWS = 16 * (MQ_WARPS / WPG); /* weight rows per block */
+    const unsigned blocks = (unsigned)((o.n_rows + BLOCK_ROWS - 1) / BLOCK_ROWS);
     cuk_launch(c, "mmq", mmq_kernel<QQ, NT, WPG>, blocks, MQ_WARPS * 32, smem, o, rb, (int)(k / QQ::UV), chunk_bytes,
                (const int8_t *)b.tq, (const cuk_q8s *)b.ts, b.R, m, vec);
 }

@@ -238,15 +238,15 @@ static void bench_rows(const char *model, const struct shape *sh, enum dtype t) 
         cuk_h2d(g_ctx, x, hx, (size_t)(MAX_M * kmax) * 4);
         free(hx);
     }
-    /* and the head (sh[N_SH]), for rows_by_launch only */
+    const bool q8 = cuk_gemv_q8_supported(t);
+    /* and the head (sh[N_SH]), for rows_by_launch only (the q8 types) */
     size_t head_bytes;
-    void *w_head = upload_weight(&r, t, &sh[N_SH], &head_bytes);
-    float *y_head = cuk_malloc(g_ctx, (size_t)(MAX_M * sh[N_SH].n) * 4, "y", NULL, 0);
-    NM_ASSERT(y_head);
+    void *w_head = q8 ? upload_weight(&r, t, &sh[N_SH], &head_bytes) : NULL;
+    float *y_head = q8 ? cuk_malloc(g_ctx, (size_t)(MAX_M * sh[N_SH].n) * 4, "y", NULL, 0) : NULL;
+    NM_ASSERT(!q8 || y_head);
     struct cuk_gemv_out o[N_SH + 1];
     for (int i = 0; i < N_SH; i++) o[i] = (struct cuk_gemv_out){.w = w[i], .n = sh[i].n, .y = ys[i], .ldy = sh[i].n};
     o[N_SH] = (struct cuk_gemv_out){.w = w_head, .n = sh[N_SH].n, .y = y_head, .ldy = sh[N_SH].n};
-    const bool q8 = cuk_gemv_q8_supported(t);
     printf("%s layer, %s, %.1f MiB: us per layer (GB/s of weights)%s\n", model, dtype_get(t)->name,
            (double)total / (1 << 20), q8 ? "" : " [no q8 GEMV for this type: the f32-activation GEMV, one pass per row]");
     printf("| rows | decode path | kernel | vs 1 row | tiles + cuBLAS | tiles vs 1 row's decode path | f16 copies + "
@@ -312,7 +312,7 @@ static void bench_rows(const char *model, const struct shape *sh, enum dtype t) 
         cuk_free(w[i]);
         cuk_free(ys[i]);
     }
-    cuk_free(w_head);
+    cuk_free(w_head); /* (NULL without q8) */
     cuk_free(y_head);
     cuk_free(x);
     cuk_free(xq);
