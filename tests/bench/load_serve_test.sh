@@ -48,7 +48,10 @@ for r, line in zip(rows, table):
     s = r["steps"]  # the server's step counters around the level
     assert s and s["steps"] > 0 and s["rows_per_step"] >= 1 and s["forward_ms"] > 0 and s["sample_ms"] >= 0, r
     assert s["deliver_ms"] > 0, r  # (every step of these levels delivers a token)
-    assert s["forward_ms"] + s["sample_ms"] + s["deliver_ms"] <= r["wall_s"] * 1e3 / s["steps"] + 1e-6, r
+    # The server adds a step to its counters after delivering its tokens, so the last step of the
+    # level before may fall into this level's counters: the steps' time fits the wall time but one.
+    step_ms = s["forward_ms"] + s["sample_ms"] + s["deliver_ms"]
+    assert step_ms * (s["steps"] - 1) <= r["wall_s"] * 1e3 + 1e-6, r
     print("level %d: %d requests, %d output tokens = %d x 16, 0 errors" % (r["concurrency"], r["requests"],
                                                                          r["output_tokens"], r["requests"]))
 PY
