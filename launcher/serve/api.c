@@ -63,6 +63,48 @@ static bool get_bool(json_t *o, const char *key, bool *out, char *err, size_t er
     return true;
 }
 
+/* OpenAI fields numallm does not implement: refused with a 400 naming the field when a request
+ * asks for them (a value that asks for nothing, such as "logprobs": false or a "text"
+ * response_format, passes), so that no client gets an answer that silently ignored them. */
+static bool refuse_unsupported(json_t *o, enum api_kind kind, char *err, size_t errlen) {
+    const char *what = NULL;
+    json_t *v;
+    if ((v = json_object_get(o, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == 0))
+        what = "logprobs";
+    else if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v) &&
+             !(json_is_integer(v) && json_integer_value(v) == 0))
+        what = "top_logprobs";
+    else if ((v = json_object_get(o, "response_format")) && !json_is_null(v) &&
+             !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
+               strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
+        what = "response_format (only {\"type\": \"text\"})";
+    else if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
+        what = "tools";
+    else if ((v = json_object_get(o, "functions")) && !json_is_null(v) &&
+             !(json_is_array(v) && json_array_size(v) == 0))
+        what = "functions";
+    else if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
+             !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
+        what = "tool_choice";
+    else if ((v = json_object_get(o, "function_call")) && !json_is_null(v) &&
+             !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
+        what = "function_call";
+    else if ((v = json_object_get(o, "logit_bias")) && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
+        what = "logit_bias";
+    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "echo")) && !json_is_null(v) && !json_is_false(v))
+        what = "echo";
+    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "best_of")) && !json_is_null(v) &&
+             !(json_is_integer(v) && json_integer_value(v) == 1))
+        what = "best_of (only 1)";
+    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "suffix")) && !json_is_null(v) &&
+             !(json_is_string(v) && json_string_length(v) == 0))
+        what = "suffix";
+    if (!what) return true;
+    snprintf(err, errlen, "'%s' is not supported by numallm serve; leave it out", what);
+    return false;
+}
+
 /* Sampling, length, stop strings and streaming: the fields both endpoints share. */
 static bool parse_common(json_t *o, struct serve_request *r, struct api_opts *opt, char *err, size_t errlen) {
     double d;
@@ -186,6 +228,15 @@ static bool parse_chat_prompt(const struct api_model *m, json_t *o, struct serve
             ok = false;
             break;
         }
+        /* OpenAI's "developer" is its newer name for "system"; tool results need tools, which
+         * are not supported (refuse_unsupported) */
+        if (strcmp(role, "developer") == 0) role = "system";
+        if (strcmp(role, "system") != 0 && strcmp(role, "user") != 0 && strcmp(role, "assistant") != 0) {
+            snprintf(err, errlen, "messages[%zu]: role '%.64s' is not supported (system, developer, user, assistant)",
+                     i, role);
+            ok = false;
+            break;
+        }
         cm[i].role = role;
         if (!(cm[i].content = message_text(json_object_get(msg, "content"), err, errlen))) ok = false;
     }
@@ -259,6 +310,10 @@ struct serve_request *api_parse(const struct api_model *m, enum api_kind kind, c
         } else {
             snprintf(err, errlen, "'model' must be a string");
         }
+        json_decref(j);
+        return NULL;
+    }
+    if (!refuse_unsupported(j, kind, err, errlen)) {
         json_decref(j);
         return NULL;
     }
@@ -362,8 +417,12 @@ char *api_tokenize(const struct api_model *m, const char *body, size_t len, char
             const size_t pl = tok_piece(m->tok, ids[i], true, NULL, 0);
             char *piece = malloc(pl + 1);
             tok_piece(m->tok, ids[i], true, piece, pl);
-            json_t *ps = json_stringn(piece, pl); /* NULL when the piece is not UTF-8 alone */
-            json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", ps ? ps : json_string("")));
+            json_t *ps = json_stringn(piece, pl); /* NULL when the piece is not UTF-8 alone: its bytes, */
+            if (!ps) {                            /* as llama-server gives them */
+                ps = json_array();
+                for (size_t k = 0; k < pl; k++) json_array_append_new(ps, json_integer((uint8_t)piece[k]));
+            }
+            json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", ps));
             free(piece);
         }
         free(ids);
@@ -383,11 +442,23 @@ char *api_detokenize(const struct api_model *m, const char *body, size_t len, ch
     if (!json_is_array(toks)) snprintf(err, errlen, "'tokens' must be an array of token ids");
     else if (!m->tok) snprintf(err, errlen, "the model has no tokenizer");
     else if (parse_ids(m, toks, &ids, &n, err, errlen)) {
-        const size_t tl = tok_decode(m->tok, ids, (size_t)n, 0, NULL, 0);
-        char *text = malloc(tl + 1);
-        tok_decode(m->tok, ids, (size_t)n, 0, text, tl);
-        json_t *s = json_stringn(text, tl);
-        out = dump(json_pack("{s:o}", "content", s ? s : json_string("")));
+        /* through the streaming decoder, so that bytes that do not form a character (a token
+         * holding part of one) become U+FFFD and the rest of the text stays; special tokens
+         * rendered, as llama-server does */
+        struct tok_stream *ts = tok_stream_init(m->tok, TOK_DECODE_SPECIAL);
+        size_t tl = 0, cap = 64, pl;
+        char *text = malloc(cap);
+        for (int64_t i = 0; i <= n; i++) {
+            const char *p = i < n ? tok_stream_feed(ts, ids[i], &pl) : tok_stream_flush(ts, &pl);
+            if (tl + pl > cap) text = realloc(text, cap = 2 * (tl + pl));
+            NM_ASSERT(text);
+            memcpy(text + tl, p, pl);
+            tl += pl;
+        }
+        tok_stream_free(ts);
+        json_t *s = json_stringn(text, tl); /* (the decoder's output is UTF-8) */
+        if (s) out = dump(json_pack("{s:o}", "content", s));
+        else snprintf(err, errlen, "the tokens' text could not be made a JSON string");
         free(text);
         free(ids);
     }

@@ -29,7 +29,7 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: numallm serve [-m MODEL.gguf] [--host ADDR] [--port N] [-np SLOTS] [-c CTX] [-b BATCH]\n"
             "                     [-t THREADS] [--ranks auto|N] [-ngl N] [-ctk f16|f32] [--chat-template NAME]\n"
-            "                     [--api-key KEY] [--alias NAME] [--max-queue N] [--strict]\n"
+            "                     [--api-key KEY] [--alias NAME] [--max-queue N] [-to SECONDS] [--strict]\n"
             "\n"
             "  an OpenAI-compatible server: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize;\n"
             "  GET /v1/models, /health (503 while loading), /metrics (Prometheus)\n"
@@ -47,6 +47,8 @@ static void serve_usage(FILE *f) {
             "  --api-key KEY      require \"Authorization: Bearer KEY\" (every route but /health)\n"
             "  --alias NAME       the model's name in responses (default: the file name)\n"
             "  --max-queue N      requests waiting for a slot before 503 (default 256)\n"
+            "  -to, --timeout N   close a connection idle N seconds: no request bytes coming, or its\n"
+            "                     response not being read (default 600; 0: never)\n"
             "  --strict           a failed start-up check or any downgrade is an error\n"
             "%s",
             launch_flags_help());
@@ -54,7 +56,7 @@ static void serve_usage(FILE *f) {
 
 static int parse_serve(int argc, char **argv, struct serve_opts *o) {
     *o = (struct serve_opts){.so = {.n_batch = 512, .kv_type = DTYPE_F16},
-                             .hp = {.host = "127.0.0.1", .port = 8080},
+                             .hp = {.host = "127.0.0.1", .port = 8080, .timeout_s = 600},
                              .chat_template = "auto", .n_slots = 4, .max_queue = 256};
     launch_request_init(&o->launch, argc, argv);
     long long ll;
@@ -90,6 +92,7 @@ static int parse_serve(int argc, char **argv, struct serve_opts *o) {
         else if (IS("--api-key")) o->hp.api_key = v;
         else if (IS("--alias") || IS("-a")) o->alias = v;
         else if (IS("--max-queue")) { if (!cli_int(a, v, 0, 1 << 20, &ll)) return 1; o->max_queue = (int)ll; }
+        else if (IS("--timeout") || IS("-to")) { if (!cli_int(a, v, 0, 1 << 30, &ll)) return 1; o->hp.timeout_s = (unsigned)ll; }
         else {
             fprintf(stderr, "error: unknown option '%s' for serve (numallm serve --help lists them)\n", a);
             return 1;

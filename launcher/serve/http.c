@@ -25,7 +25,8 @@ struct serve_http {
 struct upload {
     char *body;
     size_t len, cap;
-    bool too_big;
+    bool too_big;  /* over BODY_MAX (by its Content-Length, or as it came): the rest is dropped */
+    bool refused;  /* no valid API key: the body is dropped as it comes, the answer is 401 */
 };
 
 /* ---- plain responses --------------------------------------------------------------------- */
@@ -302,12 +303,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *data, size_t *data_size, void **con_cls) {
     (void)version;
     struct upload *up = *con_cls;
-    if (!up) {
+    if (!up) { /* the headers: decide now whether the body is worth keeping */
         *con_cls = up = calloc(1, sizeof *up);
-        return up ? MHD_YES : MHD_NO;
+        if (!up) return MHD_NO;
+        up->refused = !authorized(cls, c) && strcmp(url, "/health") != 0 && strcmp(url, "/v1/health") != 0;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            const unsigned long long n = strtoull(cl, &end, 10);
+            up->too_big = errno == ERANGE || (end != cl && n > BODY_MAX);
+        }
+        return MHD_YES;
     }
     if (*data_size > 0) {
-        if (up->len + *data_size > BODY_MAX) {
+        if (up->refused || up->too_big) {
+            /* dropped: a request without the key, or too large, costs no memory */
+        } else if (up->len + *data_size > BODY_MAX) {
             up->too_big = true;
         } else {
             if (up->len + *data_size + 1 > up->cap) {
@@ -351,7 +363,7 @@ enum nm_status serve_http_start(struct serve_http **out, const struct serve_http
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)p->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_LIMIT, 512u,
-                            MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, p->timeout_s, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!h->d) {
         free(h);

@@ -13,6 +13,8 @@ struct serve_http_params {
     const char *host;    /* address to bind (numeric IPv4 or IPv6) */
     int port;
     const char *api_key; /* NULL: none; else every route but /health needs "Authorization: Bearer KEY" */
+    unsigned timeout_s;  /* a connection idle this long (no request bytes, a response not read) is
+                          * closed; 0: never */
 };
 
 struct serve_http;

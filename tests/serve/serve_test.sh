@@ -3,8 +3,9 @@
 # tiny qwen2 model with GPT-2's vocabulary, 1 rank in-process or RANKS under mpirun. Checks the
 # endpoints and their shapes (completions and chat, streaming and not, usage with the cached
 # prompt tokens, stop strings held back across token borders, token-id prompts, /tokenize,
-# /detokenize, /v1/models, /metrics, /health), the errors (400, 401, 404, 503 with Retry-After
-# when the queue is full), greedy results of 16 concurrent requests equal to each alone (batch
+# /detokenize, /v1/models, /metrics, /health), the errors (400, 401, 404, 413, 503 with Retry-After
+# when the queue is full; OpenAI fields numallm does not implement refused; a body without the API
+# key not stored), an idle connection closed by --timeout, greedy results of 16 concurrent requests equal to each alone (batch
 # invariance), a client that goes away freeing its slot, and a clean exit on SIGTERM. Every
 # request and wait is bounded.
 set -u
@@ -80,6 +81,13 @@ expect_status 200 tokenize
 r=$(post /v1/completions "{\"prompt\": $IDS, \"max_tokens\": 12, \"temperature\": 0}")
 [ "$(echo "$r" | jget 'json.dumps(d["choices"][0]["text"])')" = "$TEXT" ] || fail "token-id prompt differs from text: $r"
 [ "$(post /detokenize "{\"tokens\": $IDS}" | jget 'd["content"]')" = "The capital of France is" ] || fail detokenize
+# A token that holds part of a character (GPT-2's 47249: the first two bytes of a three-byte one):
+# the text keeps what is whole and shows U+FFFD for the rest; /tokenize's pieces give such a
+# token as its bytes.
+[ "$(post /detokenize '{"tokens": [31373, 47249]}' | jget 'ascii(d["content"])')" = "'hello\\ufffd'" ] ||
+  fail "detokenize of a partial character: $(cat resp)"
+[ "$(post /tokenize '{"content": "a\ud83d\ude00", "with_pieces": true}' | jget 'd["tokens"][-1]["piece"]')" = "[128]" ] ||
+  fail "tokenize pieces of a split character: $(cat resp)"
 
 CH='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}], "max_tokens": 10, "temperature": 0'
 r=$(post /v1/chat/completions "$CH}"); expect_status 200 chat
@@ -127,6 +135,19 @@ post /v1/completions '{"prompt": "x", "n": 2}' >/dev/null; expect_status 400 "n 
 post /v1/completions '{"prompt": ' >/dev/null; expect_status 400 "bad JSON"
 post /v1/completions '{"prompt": "x", "temperature": "hot"}' >/dev/null; expect_status 400 "bad temperature"
 post /v1/chat/completions '{"messages": []}' >/dev/null; expect_status 400 "no messages"
+# OpenAI fields that numallm does not implement are refused, naming the field, not ignored
+for f in '"response_format": {"type": "json_object"}' '"logprobs": true' '"tools": [{"type": "function"}]' \
+  '"logit_bias": {"50": 5}'; do
+  post /v1/chat/completions "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], $f}" >/dev/null
+  expect_status 400 "unsupported field $f"
+  name=${f%%\":*}; name=${name#\"}
+  grep -q "'$name" resp || fail "the refusal does not name $name: $(cat resp)"
+done
+post /v1/completions '{"prompt": "x", "echo": true}' >/dev/null; expect_status 400 "echo"
+post /v1/chat/completions '{"messages": [{"role": "tool", "content": "4"}]}' >/dev/null; expect_status 400 "role tool"
+post /v1/chat/completions '{"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+  "max_tokens": 2, "response_format": {"type": "text"}, "logprobs": false}' >/dev/null
+expect_status 200 "a developer message, and fields that ask for nothing"
 LONG="[$(printf '50,%.0s' $(seq 1 600))50]"
 post /v1/completions "{\"prompt\": $LONG}" >/dev/null; expect_status 400 "prompt longer than a slot"
 grep -q "slot holds 512 positions" resp || fail "the too-long error does not name the slot size: $(cat resp)"
@@ -173,10 +194,25 @@ for r in $(seq 0 $((RANKS - 1))); do
 done
 
 # ---- API key and a full queue: one slot, one waiting request at most ----
-start_server server2.log -np 1 -c 8192 --max-queue 1 --api-key sesame || fail "second server did not start"
+start_server server2.log -np 1 -c 8192 --max-queue 1 --api-key sesame --timeout 3 || fail "second server did not start"
 post /v1/models '' -X GET >/dev/null; expect_status 401 "no API key"
 [ "$(jget 'd["error"]["type"]' <resp)" = authentication_error ] || fail "401 shape: $(cat resp)"
 post /v1/models '' -X GET -H 'Authorization: Bearer wrong' >/dev/null; expect_status 401 "wrong API key"
+# a body without the key is refused before it is stored: 401, not 413, for one over 16 MiB
+head -c $((17 << 20)) /dev/zero >big.bin
+curl -s -o resp -w '%{http_code}' --max-time 60 -H 'Authorization: Bearer wrong' --data-binary @big.bin \
+  "$URL/v1/completions" >status; expect_status 401 "a large body without the key"
+curl -s -o resp -w '%{http_code}' --max-time 60 -H 'Authorization: Bearer sesame' --data-binary @big.bin \
+  "$URL/v1/completions" >status; expect_status 413 "a body over 16 MiB"
+# --timeout: a connection that sends nothing is closed (after 3 s; a loaded machine may take longer)
+"$PY" - "${URL##*:}" <<'EOF' || fail "an idle connection was not closed"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(60)
+t = time.monotonic()
+assert s.recv(64) == b"", "the server sent bytes to an idle connection"
+assert time.monotonic() - t >= 2.5, "closed before the timeout"
+EOF
 AUTH=(-H 'Authorization: Bearer sesame')
 post /v1/completions '{"prompt": "x", "max_tokens": 2}' "${AUTH[@]}" >/dev/null; expect_status 200 "with the API key"
 BIG='{"prompt": "Go on", "max_tokens": 100000, "ignore_eos": true}'
