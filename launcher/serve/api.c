@@ -402,7 +402,8 @@ char *api_tokenize(const struct api_model *m, const char *body, size_t len, char
     json_t *content = json_object_get(j, "content");
     bool add_special = false, with_pieces = false;
     char *out = NULL;
-    if (!json_is_string(content)) snprintf(err, errlen, "'content' must be a string");
+    if (!j) snprintf(err, errlen, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    else if (!json_is_string(content)) snprintf(err, errlen, "'content' must be a string");
     else if (!m->tok) snprintf(err, errlen, "the model has no tokenizer");
     else if (get_bool(j, "add_special", &add_special, err, errlen) && get_bool(j, "with_pieces", &with_pieces, err, errlen)) {
         size_t n;
@@ -439,7 +440,8 @@ char *api_detokenize(const struct api_model *m, const char *body, size_t len, ch
     char *out = NULL;
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (!json_is_array(toks)) snprintf(err, errlen, "'tokens' must be an array of token ids");
+    if (!j) snprintf(err, errlen, "the body is not JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    else if (!json_is_array(toks)) snprintf(err, errlen, "'tokens' must be an array of token ids");
     else if (!m->tok) snprintf(err, errlen, "the model has no tokenizer");
     else if (parse_ids(m, toks, &ids, &n, err, errlen)) {
         /* through the streaming decoder, so that bytes that do not form a character (a token

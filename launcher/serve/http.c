@@ -2,6 +2,7 @@
 #include "http.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdatomic.h>
@@ -260,7 +261,8 @@ static bool authorized(const struct serve_http *h, struct MHD_Connection *c) {
 
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url, const char *method,
                              const struct upload *up) {
-    const bool get = strcmp(method, "GET") == 0, post = strcmp(method, "POST") == 0;
+    /* HEAD: GET's status and headers (libmicrohttpd leaves the body out) */
+    const bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
     struct serve_sched *sc = atomic_load(&h->sc);
     if (strcmp(url, "/health") == 0 || strcmp(url, "/v1/health") == 0) {
         if (!sc) return respond_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable_error", "Loading model");
@@ -292,6 +294,17 @@ static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, con
         if (!(body = api_detokenize(h->m, up->body ? up->body : "", up->len, err, sizeof err)))
             return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
         return respond_json(c, MHD_HTTP_OK, body);
+    }
+    static const char *const k_get[] = {"/v1/models", "/models", "/metrics"};
+    static const char *const k_post[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
+                                         "/completions", "/tokenize", "/detokenize"};
+    for (size_t i = 0; i < NM_ARRAY_LEN(k_get) + NM_ARRAY_LEN(k_post); i++) {
+        const bool is_get = i < NM_ARRAY_LEN(k_get);
+        if (strcmp(url, is_get ? k_get[i] : k_post[i - NM_ARRAY_LEN(k_get)]) == 0 ||
+            (is_get && (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0))) {
+            snprintf(err, sizeof err, "%s takes %s, not %s", url, is_get ? "GET" : "POST", method);
+            return respond_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", err);
+        }
     }
     snprintf(err, sizeof err, "no route for %s %s", method, url);
     return respond_error(c, MHD_HTTP_NOT_FOUND, "not_found_error", err);
@@ -340,9 +353,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     (void)cls, (void)c, (void)toe;
     struct upload *up = *con_cls;
+    const bool large = up && up->cap > (1u << 20);
     if (up) free(up->body);
     free(up);
     *con_cls = NULL;
+    /* a large body came in on this connection's thread, into that thread's malloc arena: give
+     * the freed pages back, or every connection thread keeps its largest body's worth */
+    if (large) malloc_trim(0);
 }
 
 enum nm_status serve_http_start(struct serve_http **out, const struct serve_http_params *p, char *err, size_t errlen) {

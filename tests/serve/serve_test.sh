@@ -152,6 +152,11 @@ LONG="[$(printf '50,%.0s' $(seq 1 600))50]"
 post /v1/completions "{\"prompt\": $LONG}" >/dev/null; expect_status 400 "prompt longer than a slot"
 grep -q "slot holds 512 positions" resp || fail "the too-long error does not name the slot size: $(cat resp)"
 curl -s -o resp -w '%{http_code}' --max-time 30 "$URL/v1/nothing" >status; expect_status 404 "unknown route"
+post /v1/models '{}' >/dev/null; expect_status 405 "POST /v1/models"
+curl -s -o resp -w '%{http_code}' --max-time 30 "$URL/v1/completions" >status; expect_status 405 "GET /v1/completions"
+curl -s -o /dev/null -w '%{http_code}' --max-time 30 -I "$URL/v1/models" >status; expect_status 200 "HEAD /v1/models"
+post /tokenize '{"content": ' >/dev/null; expect_status 400 "/tokenize, bad JSON"
+grep -q "not JSON" resp || fail "/tokenize's error does not say the body is not JSON: $(cat resp)"
 
 # ---- batch invariance: 16 greedy requests at once give each what it gives alone ----
 for i in $(seq 1 16); do
