@@ -47,8 +47,9 @@ static void serve_usage(FILE *f) {
             "  --api-key KEY      require \"Authorization: Bearer KEY\" (every route but /health)\n"
             "  --alias NAME       the model's name in responses (default: the file name)\n"
             "  --max-queue N      requests waiting for a slot before 503 (default 256)\n"
-            "  -to, --timeout N   close a connection idle N seconds: no request bytes coming, or its\n"
-            "                     response not being read (default 600; 0: never)\n"
+            "  -to, --timeout N   close a connection idle N seconds: no request bytes coming, or a short\n"
+            "                     response not being read; not one that runs a completion (default 600;\n"
+            "                     0: never)\n"
             "  --strict           a failed start-up check or any downgrade is an error\n"
             "%s",
             launch_flags_help());

@@ -202,6 +202,11 @@ static enum MHD_Result completion(struct serve_http *h, struct serve_sched *sc, 
     struct reader *rd = calloc(1, sizeof *rd);
     NM_ASSERT(rd);
     *rd = (struct reader){.h = h, .r = r, .c = c, .kind = kind, .o = o, .created = (int64_t)time(NULL)};
+    /* --timeout is for connections that send nothing: a completion may wait in the queue or
+     * generate for longer than it without a byte to send (reader_cb blocks meanwhile), and a
+     * client that leaves is noticed by client_gone. So this connection is not timed out from now
+     * on (libmicrohttpd would otherwise close it when reader_cb returns late). */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader_cb, rd, reader_free);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, o.stream ? "text/event-stream" : "application/json");
     if (o.stream) MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");

@@ -229,6 +229,18 @@ curl -s -D headers.txt -o resp -w '%{http_code}' --max-time 30 "${AUTH[@]}" -d "
 expect_status 503 "a full queue"
 grep -qi '^Retry-After:' headers.txt || fail "503 without Retry-After: $(cat headers.txt)"
 wait_jobs
+# a request that waits for the slot longer than --timeout still gets its whole answer (once the
+# server has let the requests above go: their clients left)
+for _ in $(seq 1 120); do
+  m=$(curl -s --max-time 5 "${AUTH[@]}" "$URL/metrics")
+  echo "$m" | grep -q '^numallm_requests_deferred 0$' && echo "$m" | grep -q '^numallm_requests_processing 0$' && break
+  sleep 0.5
+done
+curl -s --max-time 6 "${AUTH[@]}" -d "$BIG" "$URL/v1/completions" >/dev/null &  # takes the slot for 6 s
+sleep 1
+r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2}' "${AUTH[@]}"); expect_status 200 "a wait past --timeout"
+[ "$(echo "$r" | jget 'd["usage"]["completion_tokens"]')" = 2 ] || fail "a wait past --timeout: $r"
+wait_jobs
 kill -TERM "$PID"
 for _ in $(seq 1 60); do kill -0 "$PID" 2>/dev/null || break; sleep 0.5; done
 kill -0 "$PID" 2>/dev/null && fail "the second server did not exit within 30 s of SIGTERM"
