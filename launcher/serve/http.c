@@ -111,14 +111,19 @@ static bool reader_produce(struct reader *rd) {
     pthread_mutex_lock(&r->mu);
     /* A stream waits for new text, except that the first token sends a chunk at once even when it
      * has no text yet (part of a UTF-8 character, a possible stop string, no tokenizer): clients
-     * time their first token by it. */
+     * time their first token by it. Every 200 ms of waiting, whether tokens came or not (a
+     * request without streaming sends nothing until it ends), a look at whether the client left. */
+    double next_look = nm_time_s() + 0.2;
     while (r->finish == SERVE_FINISH_NONE &&
            (!rd->o.stream || (rd->text_read == r->text_len && (rd->first_sent || r->n_gen == 0)))) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 200 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) == ETIMEDOUT && client_gone(rd->c, r->id)) {
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (nm_time_s() < next_look) continue;
+        next_look = nm_time_s() + 0.2;
+        if (client_gone(rd->c, r->id)) {
             r->cancelled = true; /* the scheduler frees the slot at its next step */
             pthread_mutex_unlock(&r->mu);
             return false;

@@ -241,6 +241,16 @@ sleep 1
 r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2}' "${AUTH[@]}"); expect_status 200 "a wait past --timeout"
 [ "$(echo "$r" | jget 'd["usage"]["completion_tokens"]')" = 2 ] || fail "a wait past --timeout: $r"
 wait_jobs
+# a client of a request without streaming that leaves (after 2 s; the slot's 8192 positions take
+# longer however fast the machine) frees the slot: the request ends cancelled, not at its length
+cancelled() { curl -s --max-time 10 "${AUTH[@]}" "$URL/metrics" | sed -n 's/^numallm_requests_cancelled_total //p'; }
+c0=$(cancelled)
+curl -s --max-time 2 "${AUTH[@]}" -d "$BIG" "$URL/v1/completions" >/dev/null
+for _ in $(seq 1 60); do
+  curl -s --max-time 10 "${AUTH[@]}" "$URL/metrics" | grep -q '^numallm_requests_processing 0$' && break
+  sleep 0.5
+done
+[ "$(cancelled)" = $((c0 + 1)) ] || fail "a client without streaming that left: cancelled $c0 -> $(cancelled), expected +1"
 kill -TERM "$PID"
 for _ in $(seq 1 60); do kill -0 "$PID" 2>/dev/null || break; sleep 0.5; done
 kill -0 "$PID" 2>/dev/null && fail "the second server did not exit within 30 s of SIGTERM"
