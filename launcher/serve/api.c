@@ -64,42 +64,28 @@ static bool get_bool(json_t *o, const char *key, bool *out, char *err, size_t er
 }
 
 /* OpenAI fields numallm does not implement: refused with a 400 naming the field when a request
- * asks for them (a value that asks for nothing, such as "logprobs": false or a "text"
- * response_format, passes), so that no client gets an answer that silently ignored them. */
+ * asks for them. A value that asks for nothing passes: null, false, 0, "", [], {}, the text
+ * response_format, "none" or "auto" for a tool choice, and best_of 1. */
+static bool asks_nothing(json_t *v) {
+    const char *str = json_string_value(v);
+    json_t *type = json_is_object(v) ? json_object_get(v, "type") : NULL;
+    return !v || json_is_null(v) || json_is_false(v) || (json_is_integer(v) && json_integer_value(v) == 0) ||
+           (str && (!*str || strcmp(str, "none") == 0 || strcmp(str, "auto") == 0)) ||
+           (json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0) ||
+           (json_is_string(type) && strcmp(json_string_value(type), "text") == 0 && json_object_size(v) == 1);
+}
+
 static bool refuse_unsupported(json_t *o, enum api_kind kind, char *err, size_t errlen) {
+    static const char *const k_both[] = {"logprobs", "top_logprobs", "response_format", "tools", "functions",
+                                         "tool_choice", "function_call", "logit_bias"};
+    static const char *const k_completion[] = {"echo", "best_of", "suffix"};
     const char *what = NULL;
-    json_t *v;
-    if ((v = json_object_get(o, "logprobs")) && !json_is_null(v) && !json_is_false(v) &&
-        !(json_is_integer(v) && json_integer_value(v) == 0))
-        what = "logprobs";
-    else if ((v = json_object_get(o, "top_logprobs")) && !json_is_null(v) &&
-             !(json_is_integer(v) && json_integer_value(v) == 0))
-        what = "top_logprobs";
-    else if ((v = json_object_get(o, "response_format")) && !json_is_null(v) &&
-             !(json_is_object(v) && json_is_string(json_object_get(v, "type")) &&
-               strcmp(json_string_value(json_object_get(v, "type")), "text") == 0))
-        what = "response_format (only {\"type\": \"text\"})";
-    else if ((v = json_object_get(o, "tools")) && !json_is_null(v) && !(json_is_array(v) && json_array_size(v) == 0))
-        what = "tools";
-    else if ((v = json_object_get(o, "functions")) && !json_is_null(v) &&
-             !(json_is_array(v) && json_array_size(v) == 0))
-        what = "functions";
-    else if ((v = json_object_get(o, "tool_choice")) && !json_is_null(v) &&
-             !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
-        what = "tool_choice";
-    else if ((v = json_object_get(o, "function_call")) && !json_is_null(v) &&
-             !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 || strcmp(json_string_value(v), "auto") == 0)))
-        what = "function_call";
-    else if ((v = json_object_get(o, "logit_bias")) && !json_is_null(v) && !(json_is_object(v) && json_object_size(v) == 0))
-        what = "logit_bias";
-    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "echo")) && !json_is_null(v) && !json_is_false(v))
-        what = "echo";
-    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "best_of")) && !json_is_null(v) &&
-             !(json_is_integer(v) && json_integer_value(v) == 1))
-        what = "best_of (only 1)";
-    else if (kind == API_KIND_COMPLETION && (v = json_object_get(o, "suffix")) && !json_is_null(v) &&
-             !(json_is_string(v) && json_string_length(v) == 0))
-        what = "suffix";
+    for (size_t i = 0; i < NM_ARRAY_LEN(k_both) && !what; i++)
+        if (!asks_nothing(json_object_get(o, k_both[i]))) what = k_both[i];
+    for (size_t i = 0; kind == API_KIND_COMPLETION && i < NM_ARRAY_LEN(k_completion) && !what; i++)
+        if (!asks_nothing(json_object_get(o, k_completion[i])) &&
+            !(strcmp(k_completion[i], "best_of") == 0 && json_integer_value(json_object_get(o, "best_of")) == 1))
+            what = k_completion[i];
     if (!what) return true;
     snprintf(err, errlen, "'%s' is not supported by numallm serve; leave it out", what);
     return false;

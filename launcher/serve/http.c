@@ -121,8 +121,9 @@ static bool reader_produce(struct reader *rd) {
         ts.tv_nsec += 200 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (nm_time_s() < next_look) continue;
-        next_look = nm_time_s() + 0.2;
+        const double now = nm_time_s();
+        if (now < next_look) continue;
+        next_look = now + 0.2;
         if (client_gone(rd->c, r->id)) {
             r->cancelled = true; /* the scheduler frees the slot at its next step */
             pthread_mutex_unlock(&r->mu);
@@ -269,54 +270,54 @@ static bool authorized(const struct serve_http *h, struct MHD_Connection *c) {
     return a && strncmp(a, "Bearer ", 7) == 0 && strcmp(a + 7, h->api_key) == 0;
 }
 
+/* url is path a, or path b (when not NULL). */
+static bool path_is(const char *url, const char *a, const char *b) {
+    return strcmp(url, a) == 0 || (b && strcmp(url, b) == 0);
+}
+static bool is_health(const char *url) { return path_is(url, "/health", "/v1/health"); }
+
+/* A known path asked with another method than its own. */
+static enum MHD_Result wrong_method(struct MHD_Connection *c, const char *url, const char *own, const char *method) {
+    char err[512];
+    snprintf(err, sizeof err, "%.300s takes %s, not %.32s", url, own, method);
+    return respond_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", err);
+}
+
 static enum MHD_Result route(struct serve_http *h, struct MHD_Connection *c, const char *url, const char *method,
                              const struct upload *up) {
     /* HEAD: GET's status and headers (libmicrohttpd leaves the body out) */
     const bool get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0, post = strcmp(method, "POST") == 0;
     struct serve_sched *sc = atomic_load(&h->sc);
-    if (strcmp(url, "/health") == 0 || strcmp(url, "/v1/health") == 0) {
+    if (is_health(url)) {
         if (!sc) return respond_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable_error", "Loading model");
         return respond_json(c, MHD_HTTP_OK, strdup("{\"status\":\"ok\"}"));
     }
-    if (!authorized(h, c)) return respond_error(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "Invalid API key");
+    if (up->refused) return respond_error(c, MHD_HTTP_UNAUTHORIZED, "authentication_error", "Invalid API key");
     if (up->too_big) return respond_error(c, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "the body is over 16 MiB");
     if (!sc) return respond_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "unavailable_error", "Loading model");
-    char err[512];
-    char *body;
-    if (get && (strcmp(url, "/v1/models") == 0 || strcmp(url, "/models") == 0))
-        return respond_json(c, MHD_HTTP_OK, api_models(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
-    if (get && (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0)) {
+    if (path_is(url, "/v1/models", "/models"))
+        return get ? respond_json(c, MHD_HTTP_OK, api_models(h->m->name, h->created, serve_sched_n_ctx_slot(sc)))
+                   : wrong_method(c, url, "GET", method);
+    if (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0) {
+        if (!get) return wrong_method(c, url, "GET", method);
         const char *asked = url + (url[1] == 'v' ? 11 : 8); /* the rest of the path: a name may hold '/' */
         if (strcmp(asked, h->m->name) != 0) return respond_json(c, MHD_HTTP_NOT_FOUND, api_error_no_model(asked));
         return respond_json(c, MHD_HTTP_OK, api_model_object(h->m->name, h->created, serve_sched_n_ctx_slot(sc)));
     }
-    if (get && strcmp(url, "/metrics") == 0) return metrics(sc, c);
-    if (post && (strcmp(url, "/v1/chat/completions") == 0 || strcmp(url, "/chat/completions") == 0))
-        return completion(h, sc, c, API_KIND_CHAT, up);
-    if (post && (strcmp(url, "/v1/completions") == 0 || strcmp(url, "/completions") == 0))
-        return completion(h, sc, c, API_KIND_COMPLETION, up);
-    if (post && strcmp(url, "/tokenize") == 0) {
-        if (!(body = api_tokenize(h->m, up->body ? up->body : "", up->len, err, sizeof err)))
-            return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
+    if (path_is(url, "/metrics", NULL)) return get ? metrics(sc, c) : wrong_method(c, url, "GET", method);
+    if (path_is(url, "/v1/chat/completions", "/chat/completions"))
+        return post ? completion(h, sc, c, API_KIND_CHAT, up) : wrong_method(c, url, "POST", method);
+    if (path_is(url, "/v1/completions", "/completions"))
+        return post ? completion(h, sc, c, API_KIND_COMPLETION, up) : wrong_method(c, url, "POST", method);
+    char err[512];
+    if (path_is(url, "/tokenize", "/detokenize")) {
+        if (!post) return wrong_method(c, url, "POST", method);
+        char *body = (path_is(url, "/tokenize", NULL) ? api_tokenize : api_detokenize)(h->m, up->body ? up->body : "",
+                                                                                     up->len, err, sizeof err);
+        if (!body) return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
         return respond_json(c, MHD_HTTP_OK, body);
     }
-    if (post && strcmp(url, "/detokenize") == 0) {
-        if (!(body = api_detokenize(h->m, up->body ? up->body : "", up->len, err, sizeof err)))
-            return respond_error(c, MHD_HTTP_BAD_REQUEST, "invalid_request_error", err);
-        return respond_json(c, MHD_HTTP_OK, body);
-    }
-    static const char *const k_get[] = {"/v1/models", "/models", "/metrics"};
-    static const char *const k_post[] = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
-                                         "/completions", "/tokenize", "/detokenize"};
-    for (size_t i = 0; i < NM_ARRAY_LEN(k_get) + NM_ARRAY_LEN(k_post); i++) {
-        const bool is_get = i < NM_ARRAY_LEN(k_get);
-        if (strcmp(url, is_get ? k_get[i] : k_post[i - NM_ARRAY_LEN(k_get)]) == 0 ||
-            (is_get && (strncmp(url, "/v1/models/", 11) == 0 || strncmp(url, "/models/", 8) == 0))) {
-            snprintf(err, sizeof err, "%s takes %s, not %s", url, is_get ? "GET" : "POST", method);
-            return respond_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error", err);
-        }
-    }
-    snprintf(err, sizeof err, "no route for %s %s", method, url);
+    snprintf(err, sizeof err, "no route for %.32s %.300s", method, url);
     return respond_error(c, MHD_HTTP_NOT_FOUND, "not_found_error", err);
 }
 
@@ -329,7 +330,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!up) { /* the headers: decide now whether the body is worth keeping */
         *con_cls = up = calloc(1, sizeof *up);
         if (!up) return MHD_NO;
-        up->refused = !authorized(cls, c) && strcmp(url, "/health") != 0 && strcmp(url, "/v1/health") != 0;
+        up->refused = !is_health(url) && !authorized(cls, c); /* route answers 401 */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *end;

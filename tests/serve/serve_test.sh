@@ -229,13 +229,18 @@ curl -s -D headers.txt -o resp -w '%{http_code}' --max-time 30 "${AUTH[@]}" -d "
 expect_status 503 "a full queue"
 grep -qi '^Retry-After:' headers.txt || fail "503 without Retry-After: $(cat headers.txt)"
 wait_jobs
+# metric NAME: the server's /metrics value of numallm_NAME
+metric() { curl -s --max-time 10 "${AUTH[@]}" "$URL/metrics" | sed -n "s/^numallm_$1 //p"; }
+# wait_idle: until no request holds or waits for the slot (at most 60 s)
+wait_idle() {
+  for _ in $(seq 1 120); do
+    [ "$(metric requests_processing) $(metric requests_deferred)" = "0 0" ] && return
+    sleep 0.5
+  done
+}
 # a request that waits for the slot longer than --timeout still gets its whole answer (once the
 # server has let the requests above go: their clients left)
-for _ in $(seq 1 120); do
-  m=$(curl -s --max-time 5 "${AUTH[@]}" "$URL/metrics")
-  echo "$m" | grep -q '^numallm_requests_deferred 0$' && echo "$m" | grep -q '^numallm_requests_processing 0$' && break
-  sleep 0.5
-done
+wait_idle
 curl -s --max-time 6 "${AUTH[@]}" -d "$BIG" "$URL/v1/completions" >/dev/null &  # takes the slot for 6 s
 sleep 1
 r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2}' "${AUTH[@]}"); expect_status 200 "a wait past --timeout"
@@ -243,14 +248,11 @@ r=$(post /v1/completions '{"prompt": "x", "max_tokens": 2}' "${AUTH[@]}"); expec
 wait_jobs
 # a client of a request without streaming that leaves (after 2 s; the slot's 8192 positions take
 # longer however fast the machine) frees the slot: the request ends cancelled, not at its length
-cancelled() { curl -s --max-time 10 "${AUTH[@]}" "$URL/metrics" | sed -n 's/^numallm_requests_cancelled_total //p'; }
-c0=$(cancelled)
+c0=$(metric requests_cancelled_total)
 curl -s --max-time 2 "${AUTH[@]}" -d "$BIG" "$URL/v1/completions" >/dev/null
-for _ in $(seq 1 60); do
-  curl -s --max-time 10 "${AUTH[@]}" "$URL/metrics" | grep -q '^numallm_requests_processing 0$' && break
-  sleep 0.5
-done
-[ "$(cancelled)" = $((c0 + 1)) ] || fail "a client without streaming that left: cancelled $c0 -> $(cancelled), expected +1"
+wait_idle
+c1=$(metric requests_cancelled_total)
+[ "$c1" = $((c0 + 1)) ] || fail "a client without streaming that left: cancelled $c0 -> $c1, expected +1"
 kill -TERM "$PID"
 for _ in $(seq 1 60); do kill -0 "$PID" 2>/dev/null || break; sleep 0.5; done
 kill -0 "$PID" 2>/dev/null && fail "the second server did not exit within 30 s of SIGTERM"
