@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -673,21 +674,27 @@ static void attn_plan(struct engine *e) {
 struct attn_job {
     struct engine *e;
     int layer;
+    atomic_int next; /* items claimed so far */
 };
 
 /* Row i of sequence s at position p attends to positions 0 .. p of s's region of the KV cache.
- * The items (attn_plan) are dealt round-robin (later queries see more keys). op_attention_queries
- * is flash-style: key blocks with an online softmax, no score matrix. */
+ * The threads claim the items (attn_plan) one at a time from the last (a prompt's last queries
+ * see the most keys: the longest items go first, the shortest fill the end), so a thread that
+ * runs slower takes fewer of them. op_attention_queries is flash-style: key blocks with an online
+ * softmax, no score matrix. */
 static void attn_worker(void *ctx, int ith, int nth) {
-    const struct attn_job *j = ctx;
+    struct attn_job *j = ctx;
     struct engine *e = j->e;
     const struct model_config *c = &e->m->cfg;
     const int64_t nh = e->n_head_l, hd = c->head_dim, hdv = c->head_dim_v;
     const size_t es = e->kv.type == DTYPE_F16 ? 2 : 4;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scratch = e->scores + (int64_t)ith * e->scores_stride;
-    for (long i = ith; i < (long)e->n_attn_items; i += nth) {
-        const struct attn_item *it = &e->attn_items[i];
+    (void)nth;
+    for (;;) {
+        const int i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= e->n_attn_items) break;
+        const struct attn_item *it = &e->attn_items[e->n_attn_items - 1 - i];
         const int64_t cell0 = kv_cell(&e->kv, it->seq, 0); /* the sequence's position 0 */
         /* an item's heads share one KV head when it is a single row's (attn_plan) */
         for (int64_t h = it->h0; h < it->h0 + it->nh; h += it->alone ? it->nh : 1) {
@@ -754,6 +761,7 @@ static void attention_block(struct engine *e, int il, int n) {
     run_rows(e, rope_fn, &ra, n, qd + kd);
 
     struct attn_job job = {.e = e, .layer = il};
+    atomic_init(&job.next, 0);
     const uint64_t t0 = phase_begin();
     pool_run(e->pool, attn_worker, &job);
     phase_end(e, ENGINE_PH_ATTN, t0);
