@@ -78,6 +78,7 @@ struct mm_job {
     size_t xs;       /* bytes between activation rows */
     float *y;
     int64_t ldy;
+    struct pool_claims rows; /* m > 1: the weight rows, claimed */
 };
 
 /* Quantize blocks [lo, hi) of the flattened [m][k/32] q8x array. */
@@ -131,11 +132,17 @@ static void mm_rows(const struct mm_job *j, long lo, long hi) {
     }
 }
 
+/* The GEMV splits the rows evenly once (each thread streams its own); larger m claims them, a
+ * quarter of a thread's share at a time, shrinking at the end (pool_claim). */
 static void mm_job_run(void *ctx, int ith, int nth) {
-    const struct mm_job *j = ctx;
+    struct mm_job *j = ctx;
     long lo, hi;
-    pool_split((long)j->w->n, MM_ROW_ALIGN, ith, nth, &lo, &hi);
-    if (lo < hi) mm_rows(j, lo, hi);
+    if (j->x->m == 1) {
+        pool_split((long)j->w->n, MM_ROW_ALIGN, ith, nth, &lo, &hi);
+        if (lo < hi) mm_rows(j, lo, hi);
+        return;
+    }
+    while (pool_claim(&j->rows, &lo, &hi)) mm_rows(j, lo, hi);
 }
 
 void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float *y, int64_t ldy) {
@@ -154,6 +161,8 @@ void kern_matmul(struct pool *pool, const struct weight *w, struct act *x, float
         j.xa = x->f32;
         j.xs = (size_t)x->k * sizeof(float);
     }
+    const int nth = pool ? pool_size(pool) : 1;
+    pool_claims_init(&j.rows, (long)w->n, (long)w->n / (4L * nth), MM_ROW_ALIGN, nth);
     if (pool == NULL)
         mm_job_run(&j, 0, 1);
     else

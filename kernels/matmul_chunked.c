@@ -32,18 +32,14 @@ struct chunked_job {
     int n_groups, max_group;
     double *y;
     int64_t ldy;
+    struct pool_claims rows; /* m > 1: the weight rows, claimed */
 };
 
 static size_t act_bytes(bool q8, int64_t cols) { return q8 ? (size_t)(cols / QK8X) * sizeof(block_q8x) : (size_t)cols * 4; }
 
-static void chunked_worker(void *ctx, int ith, int nth) {
-    const struct chunked_job *j = ctx;
+/* Weight rows [lo, hi) (whole blocks but at the end); tmp: max_group * m * CHUNKED_ROW_BLOCK floats. */
+static void chunked_rows(const struct chunked_job *j, long lo, long hi, float *tmp) {
     const struct weight *w = j->w;
-    long lo, hi;
-    pool_split((long)w->n, CHUNKED_ROW_BLOCK, ith, nth, &lo, &hi);
-    if (lo >= hi) return;
-    float *tmp = malloc((size_t)j->max_group * (size_t)j->m * CHUNKED_ROW_BLOCK * sizeof(float));
-    NM_ASSERT(tmp);
     for (long r0 = lo; r0 < hi; r0 += CHUNKED_ROW_BLOCK) {
         const int nr = (int)NM_MIN((long)CHUNKED_ROW_BLOCK, hi - r0);
         for (int i = 0; i < j->m; i++) memset(j->y + i * j->ldy + r0, 0, (size_t)nr * sizeof(double));
@@ -57,6 +53,25 @@ static void chunked_worker(void *ctx, int ith, int nth) {
                     for (int r = 0; r < nr; r++) j->y[i * j->ldy + r0 + r] += (double)tmp[((size_t)c * j->m + i) * nr + r];
         }
     }
+}
+
+/* One row (decode): the rows split evenly once, each thread streaming its own. More: claimed
+ * (pool_claim), a quarter of a thread's share at a time, shrinking at the end. */
+static void chunked_worker(void *ctx, int ith, int nth) {
+    struct chunked_job *j = ctx;
+    long lo, hi;
+    bool more;
+    if (j->m == 1) {
+        pool_split((long)j->w->n, CHUNKED_ROW_BLOCK, ith, nth, &lo, &hi);
+        more = lo < hi;
+    } else {
+        more = pool_claim(&j->rows, &lo, &hi);
+    }
+    if (!more) return;
+    float *tmp = malloc((size_t)j->max_group * (size_t)j->m * CHUNKED_ROW_BLOCK * sizeof(float));
+    NM_ASSERT(tmp);
+    do chunked_rows(j, lo, hi, tmp);
+    while (j->m > 1 && pool_claim(&j->rows, &lo, &hi));
     free(tmp);
 }
 
@@ -116,6 +131,8 @@ void kern_matmul_chunked_f64(struct pool *pool, const struct weight *w, struct a
     }
     struct chunked_job j = {.isa = isa, .w = w, .m = x->m, .chunks = chunks, .groups = groups, .n_groups = n_groups,
                             .max_group = max_group, .y = y, .ldy = ldy};
+    const int nth = pool ? pool_size(pool) : 1;
+    pool_claims_init(&j.rows, (long)w->n, (long)w->n / (4L * nth), CHUNKED_ROW_BLOCK, nth);
     if (pool) pool_run(pool, chunked_worker, &j);
     else chunked_worker(&j, 0, 1);
     for (int gi = 0; gi < n_groups; gi++) nm_free(masked[gi]);

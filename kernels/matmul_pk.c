@@ -473,28 +473,16 @@ static void pk_release(struct pk_job *j, struct pk_tmp *tmp) {
 
 /* One pool run over the row groups of one or more jobs (several: pk_matmul_multi's weights),
  * numbered end to end; each group is computed by its own job (pk_range). The GEMV (m = 1) splits
- * them evenly once: each thread streams its own rows. Larger m claims them from a shared counter
- * a batch at a time (pk_claim: about 4 batches per thread, an even count of groups, at most 16),
- * the batches shrinking towards the end (to what is left over the threads, down to 2 groups), so
- * that the threads finish together: a thread that runs slower (a busy neighbour on a shared host,
- * a core at a lower clock) takes fewer batches, and none starts a large batch when the others are
- * almost done. Either way a row's value does not depend on which thread computed it. */
+ * them evenly once: each thread streams its own rows. Larger m claims them (pool_claim) in
+ * batches of about a quarter of a thread's share, at most 16 groups, shrinking to 2 at the end.
+ * Either way a row's value does not depend on which thread computed it. */
 struct pk_run {
     const struct pk_job *jobs;
     int n;
     long start[PK_MULTI_MAX + 1]; /* the first group of each job in the joint numbering */
-    int nth;                      /* > 0: claim from next; 0: the even split */
-    long batch;                   /* the groups of a full batch */
-    atomic_long next;             /* the next unclaimed group */
+    bool claimed;                 /* claims (else the even split) */
+    struct pool_claims claims;
 };
-
-/* Groups of the batch claimed when left groups are unclaimed: a full batch while there is more
- * than one per thread, then what is left over the threads (guided self-scheduling), at least 2;
- * even, so a batch keeps the pairs of groups the tile kernels take together. */
-static long pk_claim(const struct pk_run *r, long left) {
-    const long c = NM_MIN(r->batch, NM_MAX(2L, left / r->nth));
-    return c + (c & 1);
-}
 
 static void pk_run_range(const struct pk_run *r, long lo, long hi) {
     for (int i = 0; i < r->n && lo < hi; i++) {
@@ -505,33 +493,24 @@ static void pk_run_range(const struct pk_run *r, long lo, long hi) {
 
 static void pk_run_worker(void *ctx, int ith, int nth) {
     struct pk_run *r = ctx;
-    const long total = r->start[r->n];
-    if (r->nth <= 0) {
-        long lo, hi;
-        pool_split(total, 2, ith, nth, &lo, &hi);
+    long lo, hi;
+    if (!r->claimed) {
+        pool_split(r->start[r->n], 2, ith, nth, &lo, &hi);
         pk_run_range(r, lo, hi);
         return;
     }
-    long lo = atomic_load_explicit(&r->next, memory_order_relaxed);
-    for (;;) {
-        if (lo >= total) return;
-        const long hi = NM_MIN(lo + pk_claim(r, total - lo), total);
-        if (!atomic_compare_exchange_weak_explicit(&r->next, &lo, hi, memory_order_relaxed, memory_order_relaxed))
-            continue; /* lo now holds the counter's value: claim again from there */
-        pk_run_range(r, lo, hi);
-        lo = atomic_load_explicit(&r->next, memory_order_relaxed);
-    }
+    while (pool_claim(&r->claims, &lo, &hi)) pk_run_range(r, lo, hi);
 }
 
 static void pk_run_jobs(struct pool *pool, const struct pk_job *jobs, int n, int m) {
     struct pk_run r = {.jobs = jobs, .n = n};
     for (int i = 0; i < n; i++) r.start[i + 1] = r.start[i] + (long)jobs[i].n_groups;
-    if (pool && m > 1) {
-        r.nth = pool_size(pool);
-        r.batch = NM_MIN(16L, NM_MAX(2L, r.start[n] / (4L * r.nth)));
-        r.batch += r.batch & 1;
+    r.claimed = pool && m > 1;
+    if (r.claimed) {
+        const int nth = pool_size(pool);
+        /* batches of an even count of groups: the tile kernels take groups in pairs */
+        pool_claims_init(&r.claims, r.start[n], NM_MIN(16L, r.start[n] / (4L * nth)), 2, nth);
     }
-    atomic_init(&r.next, 0);
     if (pool) pool_run(pool, pk_run_worker, &r);
     else pk_run_worker(&r, 0, 1);
 }

@@ -202,3 +202,27 @@ void pool_split(long n, long align, int ith, int nth, long *lo, long *hi) {
     *lo = NM_MIN(u0 * align, n);
     *hi = NM_MIN(u1 * align, n);
 }
+
+void pool_claims_init(struct pool_claims *c, long n, long batch, long align, int nth) {
+    NM_ASSERT(align >= 1 && nth >= 1);
+    atomic_init(&c->next, 0);
+    c->n = n;
+    c->align = align;
+    c->batch = NM_MAX(align, (batch + align - 1) / align * align);
+    c->nth = nth;
+}
+
+bool pool_claim(struct pool_claims *c, long *lo, long *hi) {
+    long at = atomic_load_explicit(&c->next, memory_order_relaxed);
+    for (;;) {
+        if (at >= c->n) return false;
+        const long want = NM_MIN(c->batch, NM_MAX(c->align, (c->n - at) / c->nth));
+        const long end = NM_MIN(c->n, at + (want + c->align - 1) / c->align * c->align);
+        /* on failure at takes the counter's value: claim again from there */
+        if (atomic_compare_exchange_weak_explicit(&c->next, &at, end, memory_order_relaxed, memory_order_relaxed)) {
+            *lo = at;
+            *hi = end;
+            return true;
+        }
+    }
+}

@@ -3,6 +3,7 @@
 #ifndef NM_POOL_H
 #define NM_POOL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -42,5 +43,19 @@ void pool_get_stats(const struct pool *p, struct pool_stats *out);
 /* Split [0, n) into nth nearly equal ranges, rounded to multiples of `align` (except the end);
  * worker ith gets [*lo, *hi). */
 void pool_split(long n, long align, int ith, int nth, long *lo, long *hi);
+
+/* [0, n) claimed by the workers of one job a range at a time, so that they end together: a thread
+ * that runs slower (a busy neighbour on a shared host, a core at a lower clock) takes fewer
+ * ranges, and no range is large when the others are almost done (guided self-scheduling): full
+ * ranges of `batch` while more than one per thread is left, then what is left over the threads,
+ * down to `align`. Ranges start on multiples of align. pool_claims_init before the job;
+ * pool_claim in each worker until it returns false. */
+struct pool_claims {
+    atomic_long next; /* the first unclaimed index */
+    long n, batch, align;
+    int nth;
+};
+void pool_claims_init(struct pool_claims *c, long n, long batch, long align, int nth);
+bool pool_claim(struct pool_claims *c, long *lo, long *hi);
 
 #endif
