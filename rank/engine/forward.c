@@ -496,10 +496,6 @@ void engine_gather_logits(struct engine *e, const float *local, float *full, int
         coll_allgatherv(e->coll, local + (int64_t)i * e->n_vocab_l, e->vocab_bytes, full + (int64_t)i * e->m->cfg.n_vocab);
 }
 
-/* A row-parallel matmul and its allreduce: out = sum over ranks of this rank's columns of W
- * times its slice of the input. Each rank's partial is a double sum of canonical chunks
- * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
- * is rounded to f32 once, so every rank count gives the same bits. */
 /* Below this many values a prompt's row-wise step runs inline (a pool wake-up costs more). */
 #define ROWS_INLINE_VALUES (16 * 1024)
 
@@ -524,6 +520,10 @@ static void allreduce_partials(struct engine *e, int64_t n, float *out) {
     phase_end(e, ENGINE_PH_COLL, t0);
 }
 
+/* A row-parallel matmul and its allreduce: out = sum over ranks of this rank's columns of W
+ * times its slice of the input. Each rank's partial is a double sum of canonical chunks
+ * (shard.h, "Exactness"); the allreduce adds the partials in double in rank order and the sum
+ * is rounded to f32 once, so every rank count gives the same bits. */
 static void matmul_rowpar_allreduce(struct engine *e, const struct weight *w, struct act *in,
                                     const struct kern_chunk *chunks, int n_chunks, float *out) {
     const uint64_t t0 = phase_begin();
