@@ -1,5 +1,6 @@
 # tests/kernels/: the kernels against their _ref twins and hand-pinned values (ctest -L kernels).
 set(NM_KTEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+nm_add_test(test_kernels_pool SOURCES ${NM_KTEST_DIR}/test_pool.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_types SOURCES ${NM_KTEST_DIR}/test_types.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_dequant SOURCES ${NM_KTEST_DIR}/test_dequant.c LIBS nm_kernels LABELS kernels)
 nm_add_test(test_kernels_quant SOURCES ${NM_KTEST_DIR}/test_quant.c LIBS nm_kernels LABELS kernels)
