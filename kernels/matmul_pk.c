@@ -508,7 +508,7 @@ static void pk_run_jobs(struct pool *pool, const struct pk_job *jobs, int n, int
     r.claimed = pool && m > 1;
     if (r.claimed) {
         const int nth = pool_size(pool);
-        /* batches of an even count of groups: the tile kernels take groups in pairs */
+        /* batches of an even count of groups: the bf16 tile kernel takes groups in pairs */
         pool_claims_init(&r.claims, r.start[n], NM_MIN(16L, r.start[n] / (4L * nth)), 2, nth);
     }
     if (pool) pool_run(pool, pk_run_worker, &r);
