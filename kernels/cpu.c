@@ -164,6 +164,7 @@ static void tables_init(void) {
 #undef BLOCK_SET_REF
 #undef SET_REF
     g_ref.quantize_act_q8x = quantize_act_q8x_ref;
+    g_ref.to_bf16 = fp32_to_bf16_row_ref;
     g_ref.swiglu = op_swiglu_ref;
     g_ref.argmax = op_argmax_ref;
     g_ref.pk_gemm = pk_gemm_ref;

@@ -45,6 +45,8 @@ struct kern_isa {
     void (*pk_gemm)(const struct pk_args *a);
     /* The types pk_gemm takes (NULL: every type with a packed layout). */
     bool (*pk_has)(enum dtype t);
+    /* fp32_to_bf16_row_ref twin (types.h): the same bits (the activations of the bf16 tiles). */
+    void (*to_bf16)(const float *x, uint16_t *y, int64_t n);
     /* op_swiglu_ref twin (ops.h). */
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t n);
     /* op_argmax_ref twin (ops.h): the same index for every input. */

@@ -249,7 +249,7 @@ static void pk_prep_worker(void *ctx, int ith, int nth) {
         const float *s = j->src + i * j->k;
         if (j->to_bf16) {
             uint16_t *d = (uint16_t *)j->dst + i * j->kpad;
-            for (int64_t c = 0; c < j->k; c++) d[c] = fp32_to_bf16(s[c]);
+            kern_isa_get()->to_bf16(s, d, j->k);
             memset(d + j->k, 0, (size_t)(j->kpad - j->k) * sizeof *d);
         } else {
             float *d = (float *)j->dst + i * j->kpad;

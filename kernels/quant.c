@@ -426,9 +426,7 @@ void quantize_row_ref(enum dtype t, const float *src, void *dst, int64_t n) {
     case DTYPE_F16:
         for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = fp32_to_fp16(src[i]);
         return;
-    case DTYPE_BF16:
-        for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = fp32_to_bf16(src[i]);
-        return;
+    case DTYPE_BF16: fp32_to_bf16_row_ref(src, dst, n); return;
     case DTYPE_Q4_0: quant_q4_0(src, dst, nb); return;
     case DTYPE_Q4_1: quant_q4_1(src, dst, nb); return;
     case DTYPE_Q8_0: quant_q8_0(src, dst, nb); return;

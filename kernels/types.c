@@ -156,3 +156,7 @@ uint16_t fp32_to_bf16(float f) {
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 64u);
     return (uint16_t)((u + (0x7FFFu + ((u >> 16) & 1u))) >> 16);
 }
+
+void fp32_to_bf16_row_ref(const float *x, uint16_t *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = fp32_to_bf16(x[i]);
+}

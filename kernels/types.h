@@ -62,5 +62,7 @@ float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);
+/* y[i] = fp32_to_bf16(x[i]) for i < n (the reference twin of kern_isa.to_bf16). */
+void fp32_to_bf16_row_ref(const float *x, uint16_t *y, int64_t n);
 
 #endif

@@ -72,8 +72,26 @@ static int64_t argmax_avx512(const float *x, int64_t n) {
     nm_bug(__FILE__, __LINE__, "argmax: the maximum is not in the row");
 }
 
+/* fp32_to_bf16 on 16 lanes in integers, as the scalar one: a NaN keeps its sign and top payload
+ * with the quiet bit set; everything else rounds to nearest even (subnormals too: VCVTNEPS2BF16
+ * would flush them to zero, so it is not used). The row's tail takes masked loads and stores. */
+static void to_bf16_avx512(const float *x, uint16_t *y, int64_t n) {
+    const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+    const __m512i half = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(64);
+    for (int64_t i = 0; i < n; i += 16) {
+        const __mmask16 t = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        const __m512i u = _mm512_maskz_loadu_epi32(t, x + i);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+        const __m512i r = _mm512_mask_or_epi32(rounded, nan, hi, quiet);
+        _mm256_mask_storeu_epi16(y + i, t, _mm512_cvtepi32_epi16(r));
+    }
+}
+
 void avx512_fill_act(struct kern_isa *t) {
     t->quantize_act_q8x = quantize_act_q8x_avx512;
+    t->to_bf16 = to_bf16_avx512;
     t->swiglu = swiglu_avx512;
     t->argmax = argmax_avx512;
 }

@@ -1,7 +1,8 @@
 /* Every slot of the avx512 and avx2 kernel tables (each that this CPU can run) against its _ref
  * twin on random data (the avx2 table's own slots: quantize_act_q8x and the block decoder types'
  * vec_dot/gemm; its other slots are the ref ones):
- *  - quantize_act_q8x: bit-identical to quantize_act_q8x_ref (same float operations);
+ *  - quantize_act_q8x: bit-identical to quantize_act_q8x_ref (same float operations); to_bf16
+ *    bit-identical to fp32_to_bf16_row_ref; swiglu and argmax (below);
  *  - vec_dot[t] and gemm[t] for every supported type, on rows of random bytes (all code
  *    patterns; see krng_row) and on rows quantized from normal data, with many random K
  *    (multiples of the block size: 1 block, odd counts, group tails) and, for gemm, nr/nc with
@@ -276,6 +277,53 @@ static void test_argmax(krng *r, const struct kern_isa *fast) {
     printf("  argmax: %d rows, the reference's index on each\n", cases);
 }
 
+/* to_bf16: the fast twin against fp32_to_bf16_row_ref, the same bits, on every length 1..40
+ * (16-lane tails) and long rows: random bit patterns (every exponent, NaNs with any payload,
+ * infinities, subnormals), values just around the rounding ties (low 16 bits 0x7FFF, 0x8000,
+ * 0x8001, with even and odd kept bits), and normal data; guard values after n. */
+static void test_to_bf16(krng *r, const struct kern_isa *fast) {
+    int cases = 0;
+    for (int trial = 0; trial < 160; trial++) {
+        const int64_t n = trial < 40 ? 1 + trial : 1 + krng_int(r, 9000);
+        float *x = malloc((size_t)n * sizeof *x);
+        uint16_t *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)(n + 16) * sizeof *got);
+        static const uint32_t low[] = {0x7FFF, 0x8000, 0x8001, 0x0000, 0xFFFF};
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t u;
+            switch (trial % 3) {
+            case 0: u = (uint32_t)krng_u64(r); break;
+            case 1: u = ((uint32_t)krng_u64(r) & 0xFFFF0000u) | low[krng_int(r, 5)]; break;
+            default: {
+                const float f = 4.0f * krng_normal(r);
+                memcpy(&u, &f, 4);
+            }
+            }
+            memcpy(&x[i], &u, 4);
+        }
+        for (int i = 0; i < 16; i++) got[n + i] = 0xA5A5;
+        fp32_to_bf16_row_ref(x, want, n);
+        fast->to_bf16(x, got, n);
+        for (int i = 0; i < 16; i++)
+            if (got[n + i] != 0xA5A5) {
+                ktest_fail("to_bf16 n=%" PRId64 ": a value written past n", n);
+                break;
+            }
+        for (int64_t i = 0; i < n; i++)
+            if (got[i] != want[i]) {
+                uint32_t u;
+                memcpy(&u, &x[i], 4);
+                ktest_fail("to_bf16 n=%" PRId64 " [%" PRId64 "]: 0x%08x -> 0x%04x, want 0x%04x", n, i, u, got[i], want[i]);
+                break;
+            }
+        cases++;
+        free(x);
+        free(want);
+        free(got);
+        if (ktest_failures > 10) break;
+    }
+    printf("  to_bf16: %d rows, the reference's bits on each\n", cases);
+}
+
 int main(int argc, char **argv) {
     ktest_init(argc, argv);
     bool iq_gather = false;
@@ -307,6 +355,7 @@ int main(int argc, char **argv) {
         test_quantize_act(&r, fast);
         test_swiglu(&r, fast);
         test_argmax(&r, fast);
+        test_to_bf16(&r, fast);
         for (size_t i = 0; i < NM_ARRAY_LEN(k_types); i++) {
             const struct dtype_info *info = dtype_get(k_types[i].t);
             if (!info) {
