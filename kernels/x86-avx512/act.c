@@ -1,4 +1,4 @@
-/* AVX-512 activation kernels: SwiGLU and the argmax of a row (below), and quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
+/* AVX-512 activation kernels: SwiGLU, the argmax of a row and the rounding of a row to bf16 (below), and quantization of activations to q8x blocks, bit-identical to quantize_act_q8x_ref:
  * the same float operations (amax / 127, 1 / d, x * (1 / d)) and the same rounding (to nearest
  * even, the MXCSR default that vcvtps2dq uses and nearbyintf follows). */
 #include <math.h>

@@ -19,7 +19,7 @@ void avx512_fill_iq(struct kern_isa *t);    /* iq2_*, iq3_*, iq1_*: dot_iq.c */
 /* iq2_*, iq3_* with AVX512_VBMI (dot_iq_vbmi.c, over dot_iq.c's): NULL when filled, else why not */
 const char *avx512_fill_iq_vbmi(struct kern_isa *t);
 void avx512_fill_f(struct kern_isa *t);     /* f32, f16, bf16:   dot_f.c */
-void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x, swiglu: act.c */
+void avx512_fill_act(struct kern_isa *t);   /* quantize_act_q8x, to_bf16, swiglu, argmax: act.c */
 void avx512_fill_packed(struct kern_isa *t); /* pk_gemm (packed layouts): packed.c */
 void avx512_fill_attn(struct kern_isa *t);   /* attention (decode and prompt): attn.c */
 
