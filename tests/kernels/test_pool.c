@@ -51,7 +51,6 @@ static void claim_serial_case(long n, long batch, long align, int nth) {
         prev = hi - lo;
         last = hi - lo;
         next = hi;
-        if (next > n) break;
     }
     CHECK(next == n, "claims n=%ld batch=%ld align=%ld nth=%d: the ranges end at %ld", n, batch, align, nth, next);
     CHECK(n == 0 || nth == 1 || last <= align, "claims n=%ld batch=%ld align=%ld nth=%d: the last range has %ld", n, batch, align,
