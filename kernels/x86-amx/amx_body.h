@@ -800,7 +800,7 @@ static void AMX_FN_BF16(const struct pk_args *a) {
     NM_ASSERT(!chunked || (a->yd && a->n_chunk_ends > 0 && a->chunk_end[a->n_chunk_ends - 1] == nbk));
     const size_t kbytes = (size_t)nbk * 64; /* one activation row's bf16 */
     const size_t accb = slabs ? (size_t)np * (size_t)gp * 4096 : 0; /* [tile pair][group pair][4 C tiles] */
-    const size_t daccb = chunked ? (size_t)np * (size_t)gp * 8192 : 0; /* [tile pair][group pair][32][32] */
+    const size_t daccb = chunked ? (size_t)np * (size_t)gp * 1024 * sizeof(double) : 0; /* [tile pair][group pair][32][32] */
     uint8_t *scr = amx_scratch((direct ? 0 : (size_t)gb * panel) + 4096 + 1024 + 16 * kbytes + accb + daccb + 64);
     uint8_t *pnl = scr;
     float *cbuf = (float *)(scr + (direct ? 0 : (size_t)gb * panel));
@@ -856,7 +856,7 @@ static void AMX_FN_BF16(const struct pk_args *a) {
                     }
                     float *sav = accbuf + ((size_t)p * (size_t)gp + (size_t)(j / 2)) * 1024; /* 4 C tiles */
                     double *dacc = chunked ? daccbuf + ((size_t)p * (size_t)gp + (size_t)(j / 2)) * 1024 : NULL;
-                    if (chunked && first) memset(dacc, 0, 8192);
+                    if (chunked && first) memset(dacc, 0, 1024 * sizeof *dacc);
                     if (first) {
                         TILE_ZERO(4);
                         TILE_ZERO(5);

@@ -20,7 +20,6 @@
 #define _GNU_SOURCE /* sched_getaffinity */
 #include <inttypes.h>
 #include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +64,8 @@ static double amx_probe(struct pool *pool, bool int8, double *slowest) {
         pool_run(pool, probe_worker, &j);
         double sum = 0, lo = rate[0];
         for (int i = 0; i < nth; i++) {
-            sum += j.rate[i];
-            lo = NM_MIN(lo, j.rate[i]);
+            sum += rate[i];
+            lo = NM_MIN(lo, rate[i]);
         }
         best = NM_MAX(best, sum * 1e-3);
         best_slow = NM_MAX(best_slow, lo * nth * 1e-3);
