@@ -223,12 +223,28 @@ static void quant_q8_0(const float *x, block_q8_0 *y, int64_t nb) {
     }
 }
 
+/* NM_MAX(lo, NM_MIN(hi, (int)nearbyintf(v))) with neither a call nor a branch, so that the
+ * quantizers' loops over candidate scales vectorize (GCC 12 at -O2: the clamp as two selects, not
+ * one nested conditional). For |v| < 2^22, v + 1.5 * 2^23 lies in [2^23, 2^24), where floats are
+ * the integers, so the addition itself rounds v to nearest, ties to even, as nearbyintf does in
+ * the default mode, and the subtraction is exact. Larger |v| keeps its sign and stays >= 2^22,
+ * so the clamp gives what it gave; NaN and |v| >= 2^31 convert to INT_MIN (x86's cvttss2si and
+ * cvttps2dq alike, as nearbyintf's result did): lo. */
+static inline int nm_level(float v, int lo, int hi) {
+    int l = (int)((v + 0x1.8p23f) - 0x1.8p23f);
+    l = l < lo ? lo : l;
+    return l > hi ? hi : l;
+}
+
 /* Fit x[i] ~= scale * q[i] - min with q in [0, nmax] and min >= 0 (the K-quant convention:
  * the offset is subtracted and never positive, so blocks of all-positive values use min = 0).
  * Weighted least squares (w[i] emphasises large values, as ggml does) over a small grid of
  * candidate step sizes around (max - min) / nmax; each candidate's levels get the optimal
  * (scale, min) in closed form. Returns the scale; *the_min receives min. */
 static float fit_scale_min(int n, int nmax, const float *x, const float *w, float *the_min) {
+    /* candidate step sizes: (nmax + 0.1 s) / (hi - lo), s = -10 .. 10 (21; the arrays are padded
+     * to 24 so that the loops over the candidates have no remainder, and vectorize) */
+    enum { STEPS = 21, LANES = 24 };
     float lo = x[0], hi = x[0];
     for (int i = 1; i < n; i++) {
         lo = fminf(lo, x[i]);
@@ -239,42 +255,56 @@ static float fit_scale_min(int n, int nmax, const float *x, const float *w, floa
         *the_min = -lo;
         return 0.0f;
     }
-    float best_scale = (hi - lo) / (float)nmax, best_min = lo, best_err = INFINITY;
-    for (int step = -10; step <= 10; step++) {
-        const float iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
-        float sw = 0, sl = 0, sl2 = 0, sx = 0, slx = 0;
-        for (int i = 0; i < n; i++) {
-            int l = (int)nearbyintf(iscale * (x[i] - lo));
-            l = NM_MAX(0, NM_MIN(nmax, l));
-            sw += w[i];
-            sl += w[i] * (float)l;
-            sl2 += w[i] * (float)l * (float)l;
-            sx += w[i] * x[i];
-            slx += w[i] * (float)l * x[i];
-        }
-        /* Minimise sum w (scale*l + off - x)^2 over scale, off with off <= 0. */
-        const float det = sw * sl2 - sl * sl;
-        if (det <= 0.0f) continue;
-        float scale = (sw * slx - sl * sx) / det;
-        float off = (sl2 * sx - sl * slx) / det;
-        if (off > 0.0f) {
-            off = 0.0f;
-            scale = sl2 > 0.0f ? slx / sl2 : 0.0f;
-        }
-        if (!(scale > 0.0f)) continue;
-        float err = 0.0f;
-        for (int i = 0; i < n; i++) {
-            int l = (int)nearbyintf((x[i] - off) / scale);
-            l = NM_MAX(0, NM_MIN(nmax, l));
-            const float e = scale * (float)l + off - x[i];
-            err += w[i] * e * e;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best_scale = scale;
-            best_min = off;
+    /* The candidates side by side: each one's sums still run over i in order, with the same
+     * operations as one candidate at a time, so the same bits; the loops over the candidates
+     * vectorize (SSE: 4 candidates per instruction). Q4_K's quantizer 3.2x faster (RESULTS.md). */
+    float iscale[LANES], sl[LANES], sl2[LANES], slx[LANES], scale[LANES], off[LANES], err[LANES];
+    float sw = 0, sx = 0;
+    for (int s = 0; s < LANES; s++) {
+        iscale[s] = ((float)nmax + 0.1f * (float)(s - STEPS / 2)) / (hi - lo);
+        sl[s] = sl2[s] = slx[s] = err[s] = 0.0f;
+    }
+    for (int i = 0; i < n; i++) {
+        sw += w[i];
+        sx += w[i] * x[i];
+        for (int s = 0; s < LANES; s++) {
+            const int l = nm_level(iscale[s] * (x[i] - lo), 0, nmax);
+            sl[s] += w[i] * (float)l;
+            sl2[s] += w[i] * (float)l * (float)l;
+            slx[s] += w[i] * (float)l * x[i];
         }
     }
+    bool ok[LANES];
+    for (int s = 0; s < LANES; s++) {
+        /* Minimise sum w (scale*l + off - x)^2 over scale, off with off <= 0. */
+        const float det = sw * sl2[s] - sl[s] * sl[s];
+        scale[s] = 1.0f, off[s] = 0.0f;
+        ok[s] = s < STEPS && det > 0.0f;
+        if (!ok[s]) continue;
+        float sc = (sw * slx[s] - sl[s] * sx) / det;
+        float of = (sl2[s] * sx - sl[s] * slx[s]) / det;
+        if (of > 0.0f) {
+            of = 0.0f;
+            sc = sl2[s] > 0.0f ? slx[s] / sl2[s] : 0.0f;
+        }
+        ok[s] = sc > 0.0f;
+        if (ok[s]) scale[s] = sc, off[s] = of;
+    }
+    for (int i = 0; i < n; i++) {
+        const float xi = x[i], wi = w[i];
+        for (int s = 0; s < LANES; s++) {
+            const int l = nm_level((xi - off[s]) / scale[s], 0, nmax);
+            const float e = scale[s] * (float)l + off[s] - xi;
+            err[s] += wi * e * e;
+        }
+    }
+    float best_scale = (hi - lo) / (float)nmax, best_min = lo, best_err = INFINITY;
+    for (int s = 0; s < STEPS; s++)
+        if (ok[s] && err[s] < best_err) {
+            best_err = err[s];
+            best_scale = scale[s];
+            best_min = off[s];
+        }
     *the_min = -best_min;
     return best_scale;
 }
@@ -345,6 +375,7 @@ static void quant_q5_K(const float *x, block_q5_K *y, int64_t nb) {
 /* Signed scale for a 16-value group of Q6_K, levels in [-32, 31]: like Q4_0, the value of
  * largest magnitude maps to -32; a few nearby step sizes are tried by weighted squared error. */
 static float fit_scale_q6(const float *x, const float *w) {
+    enum { STEPS = 13, LANES = 16 }; /* iscale = -(32 + 0.25 s) / max, s = -6 .. 6: as fit_scale_min's */
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 16; i++) {
         if (fabsf(x[i]) > amax) {
@@ -353,28 +384,39 @@ static float fit_scale_q6(const float *x, const float *w) {
         }
     }
     if (amax == 0.0f) return 0.0f;
-    float best = max / -32.0f, best_err = INFINITY;
-    for (int step = -6; step <= 6; step++) {
-        const float iscale = -(32.0f + 0.25f * (float)step) / max;
-        float sl2 = 0, slx = 0;
-        for (int i = 0; i < 16; i++) {
-            int l = NM_MAX(-32, NM_MIN(31, (int)nearbyintf(iscale * x[i])));
-            sl2 += w[i] * (float)(l * l);
-            slx += w[i] * (float)l * x[i];
-        }
-        if (sl2 <= 0.0f) continue;
-        const float scale = slx / sl2;
-        float err = 0.0f;
-        for (int i = 0; i < 16; i++) {
-            int l = scale != 0.0f ? NM_MAX(-32, NM_MIN(31, (int)nearbyintf(x[i] / scale))) : 0;
-            const float e = scale * (float)l - x[i];
-            err += w[i] * e * e;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best = scale;
+    float iscale[LANES], sl2[LANES], slx[LANES], scale[LANES], dvs[LANES], err[LANES];
+    int keep[LANES];
+    for (int s = 0; s < LANES; s++) {
+        iscale[s] = -(32.0f + 0.25f * (float)(s - STEPS / 2)) / max;
+        sl2[s] = slx[s] = err[s] = 0.0f;
+    }
+    for (int i = 0; i < 16; i++) {
+        const float xi = x[i], wi = w[i];
+        for (int s = 0; s < LANES; s++) {
+            const int l = nm_level(iscale[s] * xi, -32, 31);
+            sl2[s] += wi * (float)(l * l);
+            slx[s] += wi * (float)l * xi;
         }
     }
+    for (int s = 0; s < LANES; s++) {
+        scale[s] = !(sl2[s] <= 0.0f) ? slx[s] / sl2[s] : 0.0f;
+        dvs[s] = scale[s] != 0.0f ? scale[s] : 1.0f; /* a zero scale's levels are 0: */
+        keep[s] = scale[s] != 0.0f ? -1 : 0;
+    }
+    for (int i = 0; i < 16; i++) {
+        const float xi = x[i], wi = w[i];
+        for (int s = 0; s < LANES; s++) {
+            const int l = nm_level(xi / dvs[s], -32, 31) & keep[s];
+            const float e = scale[s] * (float)l - xi;
+            err[s] += wi * e * e;
+        }
+    }
+    float best = max / -32.0f, best_err = INFINITY;
+    for (int s = 0; s < STEPS; s++)
+        if (!(sl2[s] <= 0.0f) && err[s] < best_err) {
+            best_err = err[s];
+            best = scale[s];
+        }
     return best;
 }
 

@@ -12,9 +12,17 @@ static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl is 18 bytes (ggml)");
 static void iq4_nl_decode(const void *blk, int j, struct block_sub32 *out) { iq4_nl_decode32(blk, j, out); }
 
 int iq4nl_nearest(float t) {
+    /* the first index of the least distance; the running choice kept as selects, not branches
+     * (data-dependent branches mispredicted: 3-4x slower) */
+    float d[16];
+    for (int i = 0; i < 16; i++) d[i] = fabsf(t - (float)iq4nl_value((unsigned)i));
     int best = 0;
-    for (int i = 1; i < 16; i++)
-        if (fabsf(t - (float)iq4nl_value((unsigned)i)) < fabsf(t - (float)iq4nl_value((unsigned)best))) best = i;
+    float bd = d[0];
+    for (int i = 1; i < 16; i++) {
+        const bool closer = d[i] < bd;
+        best = closer ? i : best;
+        bd = closer ? d[i] : bd;
+    }
     return best;
 }
 

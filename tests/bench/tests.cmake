@@ -21,6 +21,10 @@ if(NM_HAVE_DNNL)
   target_compile_definitions(bench_onednn PRIVATE BENCH_STREAM_NO_MAIN)
   target_link_libraries(bench_onednn PRIVATE nm_onednn nm_kernels m)
 endif()
+# The reference quantizers that `numallm mkmodel` runs: ns per value per type and a hash of the
+# output (a quantizer's speed-up must leave its hash as it was).
+add_executable(bench_quant ${CMAKE_CURRENT_LIST_DIR}/bench_quant.c)
+target_link_libraries(bench_quant PRIVATE nm_kernels m)
 # Prompt attention (issue 4): op_attention_queries GFLOP/s on one thread vs the FMA peak and the
 # plain-C reference.
 add_executable(bench_attn ${CMAKE_CURRENT_LIST_DIR}/bench_attn.c)
