@@ -375,7 +375,9 @@ static void quant_q5_K(const float *x, block_q5_K *y, int64_t nb) {
 /* Signed scale for a 16-value group of Q6_K, levels in [-32, 31]: like Q4_0, the value of
  * largest magnitude maps to -32; a few nearby step sizes are tried by weighted squared error. */
 static float fit_scale_q6(const float *x, const float *w) {
-    enum { STEPS = 13, LANES = 16 }; /* iscale = -(32 + 0.25 s) / max, s = -6 .. 6: as fit_scale_min's */
+    /* candidates iscale = -(32 + 0.25 s) / max, s = -6 .. 6 (13), side by side in 16 lanes as in
+     * fit_scale_min */
+    enum { STEPS = 13, LANES = 16 };
     float amax = 0.0f, max = 0.0f;
     for (int i = 0; i < 16; i++) {
         if (fabsf(x[i]) > amax) {
