@@ -34,33 +34,41 @@
 #include "bench_util.h"
 
 double bench_stream_measure(struct pool *pool, size_t bytes, int reps, double *lo, double *hi);
-long bench_amx_probe(bool int8, long iters);
+long bench_amx_probe(bool int8, long iters, const uint8_t *src, size_t span);
 
-/* The tile unit's ceiling with nth threads (amx_probe.c), TOP/s: every thread of the pool runs
- * the probe at once for about 0.2 s and times its own run. Returns the sum of the
- * threads' rates (what the cores give together) and, in *slowest, nth times the slowest
- * thread's: the pool run's own rate when the work is split evenly. The cores of the device host
- * differed by up to 2.5x at once (RESULTS.md, session 26), and a probe timed until its slowest
- * thread ended had reported that as the unit's scaling. Best of three. */
+/* The tile unit's ceilings with nth threads (amx_probe.c), TOP/s: every thread of the pool runs
+ * the probe at once for 0.05-0.5 s and times its own run; span > 0: each round's A and B tiles
+ * loaded from a buffer of span bytes of the thread's own (16 KiB: L1; 1 MiB: L2). Returns the
+ * sum of the threads' rates (what the cores give together) and, in *slowest, nth times the
+ * slowest thread's: the pool run's own rate when the work is split evenly. The cores of the
+ * device host differed by up to 2.5x at once (RESULTS.md, session 26), and a probe timed until
+ * its slowest thread ended had reported that as the unit's scaling. Best of three. */
 struct probe_job {
     bool int8;
     long iters;
+    size_t span;
     double *rate; /* per thread, ops per ns */
 };
 static void probe_worker(void *ctx, int ith, int nth) {
     (void)nth;
     struct probe_job *j = ctx;
+    uint8_t *buf = NULL;
+    if (j->span) {
+        buf = nm_alloc(j->span, 4096, "the AMX probe's tiles");
+        for (size_t i = 0; i < j->span; i++) buf[i] = (uint8_t)(i * 7 % 61); /* small bf16 and int8 values */
+    }
     const uint64_t t0 = nm_time_ns();
-    const long ops = bench_amx_probe(j->int8, j->iters);
+    const long ops = bench_amx_probe(j->int8, j->iters, buf, j->span);
     j->rate[ith] = (double)ops / (double)(nm_time_ns() - t0);
+    nm_free(buf);
 }
-static double amx_probe(struct pool *pool, bool int8, double *slowest) {
+static double amx_probe(struct pool *pool, bool int8, size_t span, double *slowest) {
     const int nth = pool_size(pool);
     double best = 0, best_slow = 0;
     double *rate = calloc((size_t)nth, sizeof *rate);
     NM_ASSERT(rate);
     for (int r = 0; r < 3; r++) {
-        struct probe_job j = {.int8 = int8, .iters = 1L << 23, .rate = rate};
+        struct probe_job j = {.int8 = int8, .iters = span ? 1L << 21 : 1L << 23, .span = span, .rate = rate};
         pool_run(pool, probe_worker, &j);
         double sum = 0, lo = rate[0];
         for (int i = 0; i < nth; i++) {
@@ -171,10 +179,15 @@ int main(int argc, char **argv) {
                nth, stream, slo, shi, peak_i8, peak_bf);
         if (amx) {
             double si, sb;
-            const double pi = amx_probe(pool, true, &si), pb = amx_probe(pool, false, &sb);
+            const double pi = amx_probe(pool, true, 0, &si), pb = amx_probe(pool, false, 0, &sb);
             printf("   the tile unit alone (tile products, no memory; amx_probe.c): %.1f int8 TOP/s, %.1f bf16 TFLOP/s"
                    " summed over the threads (%.2f / %.2f per thread); %.1f / %.1f at the slowest thread's rate\n",
                    pi, pb, pi / nth, pb / nth, si, sb);
+            double s1, s2;
+            const double p1 = amx_probe(pool, false, 16 << 10, &s1), p2 = amx_probe(pool, false, 1 << 20, &s2);
+            printf("   bf16 2 x 2 tile loop, A and B tiles loaded every round: from L1 (16 KiB) %.1f, from L2 (1 MiB) %.1f"
+                   " TFLOP/s summed (%.2f / %.2f per thread); %.1f / %.1f at the slowest thread's rate\n",
+                   p1, p2, p1 / nth, p2 / nth, s1, s2);
         }
         printf("%-5s %-11s | %8s %6s | %8s %6s | %9s %9s %6s | %9s %6s | %9s %6s\n", "type", "KxN", "pk GB/s", "%strm",
                "rows GB/s", "%strm", "vnni TF/s", "amx TF/s", "%peak", "amx/vnni", "MiB", "bf16 TF/s", "%peak");

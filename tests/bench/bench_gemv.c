@@ -1,14 +1,16 @@
 /* kern_matmul throughput per weight type and shape:
  *  - m = 1 (decode GEMV): GB/s of weight bytes read, next to the STREAM read bandwidth measured
  *    in the same run with the same threads (the ceiling: decode is memory bound). Enough copies
- *    of the weight are cycled (>= 512 MiB in all) that every call reads it from DRAM, not L3.
+ *    of the weight are cycled (>= 512 MiB in all) that every call reads it from DRAM, not L3;
+ *    with -c 1, one copy instead: a weight that fits the caches then stays there, and the GEMV
+ *    runs at its kernel's own rate (what its decoding costs), with no DRAM read to wait for.
  *  - m = 512 (prefill GEMM): GFLOP/s (2 m n k flops per call), one weight copy; where AMX runs,
  *    also on the AMX-BF16 tiles (kern_matmul_allow_bf16_tiles: a prompt of one sequence).
  * The activation's q8x copy is made once and reused (q8_ready), as a decode step shares it
  * between Q/K/V and gate/up; the quantization is not timed. One warm-up pass is excluded; the
  * median of the repetitions is reported with min and max. Threads are bound to cpus 0..t-1.
  *
- *   bench_gemv [-t max_threads | -t N,N,...] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M]
+ *   bench_gemv [-t max_threads | -t N,N,...] [-T type,type,...] [-S KxN,KxN,...] [-r reps] [-m M] [-c 1]
  *
  * -t 16 runs 1, 2, ..., 16 threads; -t 2,16 runs only 2 and 16. -m 0 skips the GEMM.
  * Shapes are K x N: K input features (row length), N output features (rows). */
@@ -41,7 +43,7 @@ static const int64_t k_shapes[][2] = {{896, 4864}, {4864, 896},   {2048, 8192},
 #define COPY_BYTES_MIN ((size_t)512 << 20)
 
 int main(int argc, char **argv) {
-    int reps = 10, m_gemm = 512;
+    int reps = 10, m_gemm = 512, one_copy = 0;
     const char *types = NULL, *shapes = NULL, *threads = "2";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-t")) threads = argv[i + 1];
@@ -49,8 +51,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-S")) shapes = argv[i + 1];
         else if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-m")) m_gemm = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-c") && !strcmp(argv[i + 1], "1")) one_copy = 1;
         else {
-            fprintf(stderr, "usage: %s [-t max_threads | -t N,N,...] [-T type,...] [-S KxN,...] [-r reps] [-m M]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t max_threads | -t N,N,...] [-T type,...] [-S KxN,...] [-r reps] [-m M] [-c 1]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -65,9 +69,14 @@ int main(int argc, char **argv) {
     }
     if (reps < 1) reps = 1;
     const struct kern_isa *isa = kern_isa_get();
-    printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
-           " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
-           isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
+    if (one_copy)
+        printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (one copy of the weights: from the caches where they fit),"
+               " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
+               isa->name, m_gemm, reps, NM_MAX(1, reps / 3));
+    else
+        printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
+               " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
+               isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
     for (int ni = 0; ni < n_nth; ni++) {
         const int nth = NM_MIN(nths[ni], 256);
         int cpus[256];
@@ -95,7 +104,7 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 const size_t wbytes = dtype_row_size(t, k) * (size_t)n;
-                const int copies = (int)NM_MAX(1, (COPY_BYTES_MIN + wbytes - 1) / wbytes);
+                const int copies = one_copy ? 1 : (int)NM_MAX(1, (COPY_BYTES_MIN + wbytes - 1) / wbytes);
                 uint8_t *wmem = nm_alloc(wbytes * copies, 4096, "bench weights");
                 bench_fill_weight(t, wmem, k, n);
                 for (int c = 1; c < copies; c++) memcpy(wmem + wbytes * c, wmem, wbytes);
