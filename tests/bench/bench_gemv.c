@@ -69,14 +69,11 @@ int main(int argc, char **argv) {
     }
     if (reps < 1) reps = 1;
     const struct kern_isa *isa = kern_isa_get();
-    if (one_copy)
-        printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (one copy of the weights: from the caches where they fit),"
-               " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
-               isa->name, m_gemm, reps, NM_MAX(1, reps / 3));
-    else
-        printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (weights cycled through >= %zu MiB, from DRAM),"
-               " GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
-               isa->name, COPY_BYTES_MIN >> 20, m_gemm, reps, NM_MAX(1, reps / 3));
+    char gemv_from[96];
+    if (one_copy) snprintf(gemv_from, sizeof gemv_from, "one copy of the weights: from the caches where they fit");
+    else snprintf(gemv_from, sizeof gemv_from, "weights cycled through >= %zu MiB, from DRAM", COPY_BYTES_MIN >> 20);
+    printf("# bench_gemv: kern_matmul, ISA %s; GEMV m=1 (%s), GEMM m=%d; median of %d reps (GEMM: %d) after 1 warm-up\n",
+           isa->name, gemv_from, m_gemm, reps, NM_MAX(1, reps / 3));
     for (int ni = 0; ni < n_nth; ni++) {
         const int nth = NM_MIN(nths[ni], 256);
         int cpus[256];
